@@ -1,0 +1,88 @@
+"""Parsing model answers: a JSON object found in prose or code fences, then checked."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Sequence
+
+FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+class AnswerError(ValueError):
+    """The model answered, but not with what was asked for; worth asking again."""
+
+
+def extract_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in `text`: whole, inside a code fence, or inside prose."""
+    stripped = text.strip()
+    attempts = [stripped, *FENCE.findall(text)]
+    for attempt in attempts:
+        try:
+            value = json.loads(attempt)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise AnswerError(f"no JSON object in the answer: {_preview(text)}")
+
+
+def _preview(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+
+
+def _id_text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise AnswerError(f"ordered_ids holds {type(value).__name__} {value!r}, not an id")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
+    """The ranker's `{"ordered_ids": [...]}`, which must be a permutation of the candidates."""
+    answer = extract_json_object(text)
+    if "ordered_ids" not in answer:
+        raise AnswerError(f"answer has no 'ordered_ids' field (keys: {', '.join(map(str, answer)) or 'none'})")
+    raw = answer["ordered_ids"]
+    if not isinstance(raw, list):
+        raise AnswerError(f"'ordered_ids' is {type(raw).__name__}, not a list")
+    ordered = [_id_text(v) for v in raw]
+    expected = list(candidate_ids)
+    missing = [i for i in expected if i not in ordered]
+    extra = [i for i in dict.fromkeys(ordered) if i not in expected]
+    repeated = sorted({i for i in ordered if ordered.count(i) > 1})
+    if missing or extra or repeated:
+        parts = []
+        if missing:
+            parts.append("missing ids: " + ", ".join(missing))
+        if extra:
+            parts.append("extra ids: " + ", ".join(extra))
+        if repeated:
+            parts.append("repeated ids: " + ", ".join(repeated))
+        raise AnswerError("ranking is not a permutation of the candidates (" + "; ".join(parts) + ")")
+    return ordered
+
+
+def parse_rewrite(text: str) -> str:
+    """The rewriter's `{"rewritten_description": "..."}`, non-empty."""
+    answer = extract_json_object(text)
+    if "rewritten_description" not in answer:
+        raise AnswerError(
+            f"answer has no 'rewritten_description' field (keys: {', '.join(map(str, answer)) or 'none'})"
+        )
+    value = answer["rewritten_description"]
+    if not isinstance(value, str):
+        raise AnswerError(f"'rewritten_description' is {type(value).__name__}, not text")
+    if not value.strip():
+        raise AnswerError("'rewritten_description' is empty")
+    return value.strip()

@@ -1,0 +1,97 @@
+"""The `egeo` command: `evaluate` (the E-GEO harness's output) and `optimize-prompts`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset
+from pytest_geo.llm.factory import ClientSetupError
+from pytest_geo.prompts import PromptError
+from pytest_geo.scoring import summarize
+from pytest_geo.session import GeoSession
+from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, Settings, mock_from_env
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
+    parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed for missing target_ids (default: {DEFAULT_SEED})")
+    parser.add_argument("--concurrency", type=_positive, default=16, metavar="N", help="most model requests in flight (default: 16)")
+    parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
+    evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
+    evaluate.add_argument("--limit", type=_positive, default=None, metavar="N", help="evaluate only the first N rows")
+    evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
+    evaluate.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
+    evaluate.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
+    _common(evaluate)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings(mock=args.mock or mock_from_env(), seed=args.seed, prompts_dir=args.prompts)
+    settings.concurrency = args.concurrency
+    settings.base_url = args.base_url
+    for role in ("ranker", "rewriter"):
+        model = getattr(args, f"{role}_model", None)
+        if model:
+            settings.models[role] = model
+    return settings
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    rows: list[GeoRow] = []
+    problems: list[RowProblem] = []
+    for line in iter_dataset(args.dataset, args.seed):
+        if args.limit is not None and len(rows) + len(problems) >= args.limit:
+            break
+        (problems if isinstance(line, RowProblem) else rows).append(line)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    geo = GeoSession(_settings(args))
+    try:
+        outcomes = geo.evaluate(rows)
+    finally:
+        geo.close()
+    for outcome in outcomes:
+        if outcome.error is not None:
+            print(f"{args.dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+        if args.verbose:
+            print(json.dumps({k: outcome.record()[k] for k in
+                              ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")}))
+    print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
+    return 1 if problems or any(o.error is not None for o in outcomes) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "evaluate":
+            return evaluate(args)
+    except (DatasetError, PromptError, ClientSetupError) as exc:
+        print(f"egeo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("egeo: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Reading GEO JSONL datasets: each line becomes a valid row or a problem naming file:line."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+import jsonschema
+
+MAX_MESSAGE = 200
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    title: str
+    description: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "title": self.title, "description": self.description}
+
+
+@dataclass(frozen=True)
+class GeoRow:
+    path: str
+    line: int
+    query: str
+    candidates: tuple[Candidate, ...]
+    target_id: str
+    query_id: str | None
+    target_was_chosen: bool = False
+
+    @property
+    def target(self) -> Candidate:
+        return next(c for c in self.candidates if c.id == self.target_id)
+
+    @property
+    def label(self) -> str:
+        return self.query_id if self.query_id is not None else f"line{self.line}"
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    path: str
+    line: int
+    problem: str
+    query_id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.problem}"
+
+
+DatasetLine = Union[GeoRow, RowProblem]
+
+
+class DatasetError(Exception):
+    """The dataset file as a whole cannot be read (missing, a directory, unreadable)."""
+
+
+@lru_cache(maxsize=None)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/geo_row.schema.json").read_text("utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    parts = ""
+    for part in error.absolute_path:
+        parts += f"[{part}]" if isinstance(part, int) else (f".{part}" if parts else str(part))
+    return parts or "row"
+
+
+def _schema_problem(error: jsonschema.ValidationError) -> str:
+    where = _where(error)
+    if error.validator == "minItems" and where == "candidates":
+        return f"fewer than 2 candidates (got {len(error.instance)})"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    if error.validator == "type":
+        got = "null" if error.instance is None else type(error.instance).__name__
+        return f"{where}: expected {error.validator_value}, got {got} {shorten(json.dumps(error.instance), 40)}"
+    return f"{where}: {shorten(error.message)}"
+
+
+def choose_target(seed: int, query: str, candidate_ids: list[str]) -> str:
+    """A seeded choice that is the same in every run and process (never `hash()`)."""
+    rng = random.Random(f"{seed}\x1f{query}\x1f" + "\x1f".join(candidate_ids))
+    return rng.choice(candidate_ids)
+
+
+def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | None:
+    """One physical line -> a row, a problem, or None for a blank line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RowProblem(path, line_no, f"invalid UTF-8 at byte {exc.start}")
+    if line_no == 1:
+        text = text.removeprefix("\ufeff")
+    if not text.strip():
+        return None
+    try:
+        obj: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
+    query_id = _query_id(obj)
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(obj))
+    if error is not None:
+        return RowProblem(path, line_no, _schema_problem(error), query_id)
+    ids = [c["id"] for c in obj["candidates"]]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
+    target = obj.get("target_id")
+    if target is not None and target not in ids:
+        return RowProblem(
+            path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
+        )
+    return GeoRow(
+        path=path,
+        line=line_no,
+        query=obj["query"],
+        candidates=tuple(Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]),
+        target_id=target if target is not None else choose_target(seed, obj["query"], ids),
+        query_id=query_id,
+        target_was_chosen=target is None,
+    )
+
+
+def _query_id(obj: Any) -> str | None:
+    if isinstance(obj, dict):
+        for key in ("query_id", "id"):
+            if isinstance(obj.get(key), str) and obj[key]:
+                return str(obj[key])
+    return None
+
+
+def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
+    """Yield each non-blank line of a JSONL file as a row or a problem, lazily."""
+    path = Path(path)
+    label = display or str(path)
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DatasetError(f"{label}: cannot read dataset: {exc.strerror or exc}") from None
+    with handle:
+        for line_no, raw in enumerate(handle, start=1):
+            parsed = parse_line(label, line_no, raw.rstrip(b"\r\n"), seed)
+            if parsed is not None:
+                yield parsed
+
+
+def read_dataset(path: Path | str, seed: int, display: str | None = None) -> list[DatasetLine]:
+    return list(iter_dataset(path, seed, display))
+
+
+def row_names(lines: list[DatasetLine]) -> list[str]:
+    """Stable node-id names: the query_id, or `line<N>`; a query_id used more than once
+    gets its line number too, so every row stays distinct."""
+    counts: dict[str, int] = {}
+    for item in lines:
+        if item.query_id is not None:
+            counts[item.query_id] = counts.get(item.query_id, 0) + 1
+    names = []
+    for item in lines:
+        qid = item.query_id
+        if qid is None:
+            names.append(f"line{item.line}")
+        elif counts[qid] > 1:
+            names.append(f"{qid}@line{item.line}")
+        else:
+            names.append(qid)
+    return names

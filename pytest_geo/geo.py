@@ -1,0 +1,177 @@
+"""The E-GEO rank experiment for one row: rank, rewrite, rank again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
+
+from pytest_geo.answers import AnswerError, parse_ranking, parse_rewrite
+from pytest_geo.data import Candidate, GeoRow
+from pytest_geo.llm.base import ChatClient, ChatRequest
+from pytest_geo.prompts import PromptSet, render
+from pytest_geo.scoring import Score
+
+T = TypeVar("T")
+DEFAULT_REASKS = 2
+
+
+@dataclass(frozen=True)
+class GeoOutcome:
+    """What one row's experiment produced; `error` is set when it did not finish."""
+
+    query_id: str | None
+    target_id: str
+    rank_before: int | None = None
+    rank_after: int | None = None
+    rewritten_description: str | None = None
+    error: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def rank_improvement(self) -> int | None:
+        if self.error is not None or self.rank_before is None or self.rank_after is None:
+            return None
+        return self.rank_before - self.rank_after
+
+    @property
+    def feedback(self) -> str:
+        if self.error is not None:
+            return f"error: {self.error}"
+        text = f"rank {self.rank_before} -> {self.rank_after}"
+        return "; ".join([text, *self.notes])
+
+    def score(self) -> Score:
+        if self.error is not None:
+            return Score.from_error(self.error)
+        return Score(float(self.rank_improvement or 0), self.feedback)
+
+    def record(self) -> dict[str, Any]:
+        """The per-row record of the JSON report (plain types only: it crosses processes)."""
+        return {
+            "query_id": self.query_id,
+            "target_id": self.target_id,
+            "rank_before": self.rank_before,
+            "rank_after": self.rank_after,
+            "rank_improvement": self.rank_improvement,
+            "rewritten_description": self.rewritten_description,
+            "score": self.score().value,
+            "feedback": self.feedback,
+            "error": self.error,
+        }
+
+
+def candidate_values(query: str, query_id: str | None, candidates: tuple[Candidate, ...]) -> dict[str, Any]:
+    listed = [c.as_dict() for c in candidates]
+    return {
+        "query": query,
+        "query_id": query_id or "",
+        "candidates": "\n".join(json.dumps(c, ensure_ascii=False) for c in listed),
+        "candidates_json": json.dumps(listed, ensure_ascii=False, indent=2),
+        "n_candidates": len(listed),
+    }
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
+class GeoEngine:
+    """Runs the experiment with one prompt set and one client; shared by plugin and CLI."""
+
+    def __init__(
+        self,
+        prompts: PromptSet,
+        client: ChatClient,
+        models: Mapping[str, str],
+        temperature: float = 0.0,
+        reasks: int = DEFAULT_REASKS,
+    ) -> None:
+        self.prompts = prompts
+        self.client = client
+        self.models = dict(models)
+        self.temperature = temperature
+        self.reasks = reasks
+
+    async def _ask(
+        self,
+        role: str,
+        system: str,
+        user: str,
+        context: Mapping[str, Any],
+        parse: Callable[[str], T],
+    ) -> T:
+        """Ask, parse, and on an unusable answer ask again with the problem stated."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        for attempt in range(self.reasks + 1):
+            request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context)
+            response = await self.client.complete(request)
+            try:
+                return parse(response.text)
+            except AnswerError as exc:
+                if attempt == self.reasks:
+                    raise AnswerError(f"{role}: {exc} (after {attempt + 1} attempts)") from None
+                messages += [
+                    {"role": "assistant", "content": response.text},
+                    {"role": "user", "content": f"That answer could not be used: {exc}. Answer again, JSON only."},
+                ]
+        raise AssertionError("unreachable")
+
+    async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...]) -> int:
+        """1-based rank of the row's target among `candidates`."""
+        values = candidate_values(row.query, row.query_id, candidates)
+        ids = [c.id for c in candidates]
+        ordered = await self._ask(
+            "ranker",
+            render(self.prompts.ranker_system, values),
+            render(self.prompts.ranker_user, values),
+            {"query": row.query, "candidates": [c.as_dict() for c in candidates]},
+            lambda text: parse_ranking(text, ids),
+        )
+        return ordered.index(row.target_id) + 1
+
+    async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None) -> str:
+        prompts = prompts or self.prompts
+        target = row.target
+        values = {
+            "query": row.query,
+            "query_id": row.query_id or "",
+            "id": target.id,
+            "target_id": target.id,
+            "title": target.title,
+            "description": target.description,
+        }
+        return await self._ask(
+            "rewriter",
+            render(prompts.rewriter_system, values),
+            render(prompts.rewriter_user, values),
+            {"query": row.query, **target.as_dict(), "template": prompts.rewriter_user},
+            parse_rewrite,
+        )
+
+    async def run(
+        self,
+        row: GeoRow,
+        prompts: PromptSet | None = None,
+        rank_before: Awaitable[int] | None = None,
+    ) -> GeoOutcome:
+        """The whole experiment; anything that goes wrong becomes the outcome's error.
+
+        `rank_before` may be given (the optimizer computes it once per row and reuses
+        it, since it does not depend on the rewriter prompt)."""
+        outcome = GeoOutcome(row.query_id, row.target_id)
+        try:
+            before_task = rank_before if rank_before is not None else self.rank(row, row.candidates)
+            before, rewritten = await asyncio.gather(before_task, self.rewrite(row, prompts))
+            outcome = replace(outcome, rank_before=before, rewritten_description=rewritten)
+            rewritten_candidates = tuple(
+                replace(c, description=rewritten) if c.id == row.target_id else c for c in row.candidates
+            )
+            after = await self.rank(row, rewritten_candidates)
+            return replace(outcome, rank_after=after)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a row's failure never stops the others
+            return replace(outcome, error=one_line(exc))

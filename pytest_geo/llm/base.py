@@ -1,0 +1,55 @@
+"""The one interface every model backend speaks: a chat request in, text and usage out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+Message = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat-completions call.
+
+    ``context`` holds the structured values the prompt was rendered from (query,
+    candidates, description, ...). Real backends ignore it and it is never part of a
+    cache key; the offline mock answers from it instead of parsing the prompt text.
+    """
+
+    role: str
+    model: str
+    messages: Sequence[Message]
+    temperature: float = 0.0
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    retries: int = 0
+
+
+class ModelError(Exception):
+    """A model call failed for good (after the backend's own retries)."""
+
+
+class ChatClient(Protocol):
+    """An async chat backend.
+
+    Example::
+
+        class Echo:
+            async def complete(self, request: ChatRequest) -> ChatResponse:
+                return ChatResponse(text=request.messages[-1]["content"])
+
+            async def aclose(self) -> None:
+                pass
+    """
+
+    async def complete(self, request: ChatRequest) -> ChatResponse: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,35 @@
+"""Building the run's one client from settings: the mock, or the OpenAI SDK."""
+
+from __future__ import annotations
+
+import os
+
+from pytest_geo.llm.base import ChatClient
+from pytest_geo.settings import Settings
+
+MISSING_KEY = (
+    "no model credentials: set OPENAI_API_KEY (and --geo-base-url or OPENAI_BASE_URL for an "
+    "OpenAI-compatible server), or run offline with the mock (pytest --geo-mock, egeo --mock, or GEO_EVAL_MOCK=1)"
+)
+
+
+class ClientSetupError(Exception):
+    """The client cannot be built; the message says how to fix it."""
+
+
+def build_client(settings: Settings) -> ChatClient:
+    if settings.mock:
+        from pytest_geo.llm.mock import MockClient
+
+        return MockClient()
+    api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if not api_key:
+        raise ClientSetupError(MISSING_KEY)
+    from pytest_geo.llm.openai_client import OpenAIChatClient
+
+    return OpenAIChatClient(
+        api_key=api_key,
+        base_url=settings.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        timeout=settings.timeout,
+        max_retries=settings.max_retries,
+    )

@@ -1,0 +1,281 @@
+"""pytest-geo's hooks, in the order pytest calls them; the engine lives elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable, Generator
+
+import pytest
+
+from pytest_geo.items import GeoDatasetFile, GeoRowItem
+from pytest_geo.llm.factory import ClientSetupError
+from pytest_geo.prompts import PromptError
+from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
+from pytest_geo.session import GeoSession
+from pytest_geo.settings import DEFAULT_SEED, ROLES, Settings, default_model, env_flag, MOCK_ENV
+
+SETTINGS = pytest.StashKey[Settings]()
+SESSION = pytest.StashKey["GeoSession | None"]()
+RESULTS = pytest.StashKey[Results]()
+DATASETS = pytest.StashKey["set[Path]"]()
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return value
+
+
+def any_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2")
+    return value
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
+    group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
+                    help="GEO JSONL dataset to evaluate; repeatable (ini: geo_datasets).")
+    group.addoption("--geo-mock", action="store_true", default=False,
+                    help=f"use the deterministic offline mock model for every role; no network, "
+                         f"no key (env: {MOCK_ENV}=1).")
+    group.addoption("--geo-prompts", metavar="DIR", default=None,
+                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts).")
+    group.addoption("--geo-seed", type=any_int, default=None, metavar="N",
+                    help=f"seed for choosing a missing target_id (ini: geo_seed; default: {DEFAULT_SEED}).")
+    group.addoption("--geo-report", metavar="PATH", default=None,
+                    help="write the JSON report (aggregates and one record per row) to PATH.")
+    for role in ROLES:
+        group.addoption(f"--geo-{role}-model", metavar="MODEL", default=None,
+                        help=f"model for the {role} role (ini: geo_{role}_model; env: "
+                             f"{ {'ranker': 'RANKER_MODEL', 'rewriter': 'REWRITER_MODEL', 'optimizer': 'META_MODEL'}[role]}).")
+    group.addoption("--geo-temperature", type=temperature, default=None, metavar="T",
+                    help="sampling temperature for every call (ini: geo_temperature; default: 0).")
+    group.addoption("--geo-base-url", metavar="URL", default=None,
+                    help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL).")
+    group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
+                    help="timeout for each model call (ini: geo_timeout; default: 60).")
+    group.addoption("--geo-concurrency", type=positive_int, default=None, metavar="N",
+                    help="most model requests and rows in flight at once (ini: geo_concurrency; default: 16).")
+    group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
+                    help="retries of a failed model call (ini: geo_max_retries; default: 4).")
+
+    parser.addini("geo_datasets", "GEO JSONL datasets, relative to the rootdir", type="paths", default=[])
+    parser.addini("geo_prompts", "prompts directory, relative to the rootdir", default="")
+    parser.addini("geo_seed", "seed for choosing a missing target_id", default="")
+    for role in ROLES:
+        parser.addini(f"geo_{role}_model", f"model for the {role} role", default="")
+    parser.addini("geo_temperature", "sampling temperature", default="")
+    parser.addini("geo_base_url", "OpenAI-compatible server URL", default="")
+    parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
+    parser.addini("geo_concurrency", "most model requests in flight at once", default="")
+    parser.addini("geo_max_retries", "retries of a failed model call", default="")
+
+
+def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
+    """The command line wins, then the ini file; ini values are validated like flags."""
+    value = config.getoption(option)
+    if value is not None:
+        return value
+    raw = str(config.getini(ini)).strip()
+    if not raw:
+        return None
+    try:
+        return convert(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini option {ini}: {exc}") from None
+
+
+def _settings(config: pytest.Config) -> Settings:
+    root = config.rootpath
+    settings = Settings()
+    settings.mock = bool(config.getoption("geo_mock")) or env_flag(MOCK_ENV)
+    seed = _pick(config, "geo_seed", "geo_seed", any_int)
+    settings.seed = DEFAULT_SEED if seed is None else seed
+    prompts = config.getoption("geo_prompts")
+    if prompts:
+        settings.prompts_dir = Path(prompts).resolve()
+    elif str(config.getini("geo_prompts")).strip():
+        settings.prompts_dir = root / str(config.getini("geo_prompts")).strip()
+    else:
+        settings.prompts_dir = root / "prompts"
+    for role in ROLES:
+        settings.models[role] = _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) or default_model(role)
+    settings.temperature = _pick(config, "geo_temperature", "geo_temperature", temperature) or 0.0
+    settings.base_url = _pick(config, "geo_base_url", "geo_base_url", str)
+    settings.timeout = _pick(config, "geo_timeout", "geo_timeout", positive_float) or settings.timeout
+    settings.concurrency = _pick(config, "geo_concurrency", "geo_concurrency", positive_int) or settings.concurrency
+    retries = _pick(config, "geo_max_retries", "geo_max_retries", non_negative_int)
+    settings.max_retries = settings.max_retries if retries is None else retries
+    return settings
+
+
+def _dataset_paths(config: pytest.Config) -> list[Path]:
+    named = [(Path(p), "--geo-dataset") for p in config.getoption("geo_dataset")]
+    named += [(Path(p), "ini option geo_datasets") for p in config.getini("geo_datasets")]
+    paths = []
+    for path, source in named:
+        resolved = (config.invocation_params.dir / path).resolve() if not path.is_absolute() else path
+        if not resolved.is_file():
+            raise pytest.UsageError(f"{source}: dataset not found: {path}")
+        paths.append(resolved)
+    return paths
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "geo: a GEO rank-experiment row collected by pytest-geo")
+    config.stash[SETTINGS] = _settings(config)
+    config.stash[SESSION] = None
+    config.stash[RESULTS] = Results()
+    datasets = _dataset_paths(config)
+    config.stash[DATASETS] = set(datasets)
+    known = {Path(a.split("::")[0]).resolve() for a in config.args}
+    config.args.extend(str(p) for p in datasets if p not in known)
+    config.pluginmanager.register(GeoCollector(config), "geo-collector")
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    return config.stash[SETTINGS]
+
+
+def geo_session_of(config: pytest.Config) -> GeoSession:
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        session = config.stash[SESSION] = _start(config)
+    return session
+
+
+def _start(config: pytest.Config) -> GeoSession:
+    try:
+        return GeoSession(settings_of(config))
+    except (PromptError, ClientSetupError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not config.stash[DATASETS]:
+        return None
+    settings = settings_of(config)
+    model = "mock" if settings.mock else f"ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}"
+    return f"geo: model {model}, prompts {settings.prompts_dir}, seed {settings.seed}"
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix != ".jsonl":
+        return None
+    if file_path.resolve() in parent.config.stash[DATASETS] or parent.session.isinitpath(file_path):
+        return GeoDatasetFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the engine before any row runs, so a missing key or a broken prompt stops
+    the run at start with one message instead of failing every row."""
+    if session.config.option.collectonly:
+        return
+    if any(isinstance(item, GeoRowItem) for item in session.items):
+        geo_session_of(session.config)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
+    """Schedule every selected row up front (not under xdist, whose workers get items
+    one at a time): the model work overlaps while items report in pytest's order."""
+    geo = session.config.stash.get(SESSION, None)
+    if geo is not None and not _is_xdist_worker(session.config):
+        for item in session.items:
+            if isinstance(item, GeoRowItem):
+                geo.schedule(item.nodeid, item.row)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    result = yield
+    if item.session.shouldfail or item.session.shouldstop:
+        geo = item.config.stash.get(SESSION, None)
+        if geo is not None:
+            geo.cancel_pending()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    record = getattr(item, "geo_record", None)
+    if call.when == "call" and record is not None:
+        report.geo_record = record  # plain data: it travels with the report to an xdist controller
+    return report
+
+
+class GeoCollector:
+    """Gathers row records from reports (local ones, or ones sent by xdist workers) and
+    reports once, on the process that prints the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.results = config.stash[RESULTS]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, "geo_record", None)
+        if record is not None and report.when == "call":
+            self.results.add(record)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        geo = self.config.stash.get(SESSION, None)
+        if geo is not None:
+            geo.close()
+        path = self.config.getoption("geo_report")
+        if path and not _is_xdist_worker(self.config):
+            write_json_atomic(Path(path), build_report(self.results))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.results.empty:
+            return
+        terminalreporter.write_sep("=", "GEO evaluation")
+        for line in terminal_lines(self.results):
+            terminalreporter.write_line(line)
+        path = self.config.getoption("geo_report")
+        if path:
+            terminalreporter.write_line(f"GEO report written to {path}")
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")

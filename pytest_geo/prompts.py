@@ -1,0 +1,120 @@
+"""Prompt directories in the E-GEO layout and single-pass `{{placeholder}}` rendering."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+# What each template may use, and what it must use to do its job.
+RANKER_VARS = frozenset({"query", "query_id", "candidates", "candidates_json", "n_candidates"})
+REWRITER_VARS = frozenset({"query", "query_id", "id", "target_id", "title", "description"})
+OPTIMIZER_VARS = frozenset(
+    {"current_prompt", "feedback", "examples", "score", "required_placeholders", "optional_placeholders"}
+)
+
+TEMPLATES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "ranker_system.txt": (RANKER_VARS, frozenset()),
+    "ranker_user.txt": (RANKER_VARS, frozenset({"query"})),
+    "rewriter_system.txt": (REWRITER_VARS, frozenset()),
+    "rewriter_user.txt": (REWRITER_VARS, frozenset({"title", "description"})),
+}
+OPTIONAL_TEMPLATES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "meta_optimizer_system.txt": (OPTIMIZER_VARS, frozenset()),
+    "meta_optimizer_user.txt": (OPTIMIZER_VARS, frozenset({"current_prompt"})),
+}
+
+
+class PromptError(Exception):
+    """A prompts directory that cannot be used; the message names the file."""
+
+
+def placeholders(template: str) -> set[str]:
+    return set(PLACEHOLDER.findall(template))
+
+
+def render(template: str, values: Mapping[str, object]) -> str:
+    """Substitute `{{name}}` in one pass: text coming from values is never re-scanned,
+    so template syntax inside data (a description holding `{{title}}`) stays literal."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise KeyError(name)
+        return str(values[name])
+
+    return PLACEHOLDER.sub(substitute, template)
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    directory: Path
+    ranker_system: str
+    ranker_user: str
+    rewriter_system: str
+    rewriter_user: str
+    meta_optimizer_system: str | None = None
+    meta_optimizer_user: str | None = None
+
+    def with_rewriter_user(self, template: str) -> PromptSet:
+        check_template("rewriter_user.txt", template, *TEMPLATES["rewriter_user.txt"])
+        return PromptSet(
+            self.directory,
+            self.ranker_system,
+            self.ranker_user,
+            self.rewriter_system,
+            template,
+            self.meta_optimizer_system,
+            self.meta_optimizer_user,
+        )
+
+
+def check_template(
+    name: str, text: str, allowed: frozenset[str], required: frozenset[str], where: Path | None = None
+) -> None:
+    label = str(where / name) if where is not None else name
+    used = placeholders(text)
+    unknown = sorted(used - allowed)
+    if unknown:
+        raise PromptError(
+            f"{label}: unknown placeholder {{{{{unknown[0]}}}}} "
+            f"(this template can use: {', '.join('{{%s}}' % v for v in sorted(allowed))})"
+        )
+    missing = sorted(required - used)
+    if missing:
+        raise PromptError(f"{label}: missing placeholder {{{{{missing[0]}}}}} that this role needs")
+    if name == "ranker_user.txt" and not used & {"candidates", "candidates_json"}:
+        raise PromptError(f"{label}: missing placeholder {{{{candidates}}}} that this role needs")
+
+
+def load_prompts(directory: Path | str) -> PromptSet:
+    """Read and check a prompts directory; every problem names the file."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PromptError(f"{directory}: prompts directory not found")
+    texts: dict[str, str | None] = {}
+    for name, (allowed, required) in {**TEMPLATES, **OPTIONAL_TEMPLATES}.items():
+        path = directory / name
+        if not path.is_file():
+            if name in TEMPLATES:
+                raise PromptError(f"{path}: prompt file not found")
+            texts[name] = None
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PromptError(f"{path}: cannot read prompt file: {exc}") from None
+        check_template(name, text, allowed, required, directory)
+        texts[name] = text
+    return PromptSet(
+        directory=directory,
+        ranker_system=texts["ranker_system.txt"] or "",
+        ranker_user=texts["ranker_user.txt"] or "",
+        rewriter_system=texts["rewriter_system.txt"] or "",
+        rewriter_user=texts["rewriter_user.txt"] or "",
+        meta_optimizer_system=texts["meta_optimizer_system.txt"],
+        meta_optimizer_user=texts["meta_optimizer_user.txt"],
+    )

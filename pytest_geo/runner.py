@@ -1,0 +1,85 @@
+"""Concurrent execution: one background event loop runs the rows' model work, with
+at most `concurrency` rows in flight, while pytest reports items in its own order."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
+
+T = TypeVar("T")
+
+
+class BoundedClient:
+    """At most `limit` model requests in flight at once, whoever sends them."""
+
+    def __init__(self, inner: ChatClient, limit: int) -> None:
+        self.inner = inner
+        self._slots = asyncio.Semaphore(limit)
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        async with self._slots:
+            return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class Runner:
+    def __init__(self, concurrency: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
+        self._thread.start()
+        self._slots = asyncio.Semaphore(concurrency)
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        """Schedule a row; it starts when a slot is free, in submission order."""
+
+        async def bounded() -> T:
+            async with self._slots:
+                return await make()
+
+        future = asyncio.run_coroutine_threadsafe(bounded(), self._loop)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        """Run one coroutine on the loop and wait for it (outside the row bound)."""
+
+        async def wrap() -> T:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self._loop).result(timeout)
+
+    def cancel_pending(self) -> int:
+        """Cancel every row not yet finished (after -x, --maxfail or Ctrl-C)."""
+        with self._lock:
+            pending = list(self._pending)
+        return sum(1 for future in pending if future.cancel())
+
+    def close(self, client: ChatClient | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.cancel_pending()
+        if client is not None:
+            try:
+                self.run(client.aclose(), timeout=5)
+            except Exception:  # closing is best effort; the results are already in
+                pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

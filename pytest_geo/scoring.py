@@ -1,0 +1,78 @@
+"""Scores and their aggregates: metric-return normalisation, n, mean, win rate, stderr."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class Score:
+    """One row's score: the value, optional feedback, and whether it came from an error."""
+
+    value: float
+    feedback: str = ""
+    error: bool = False
+
+    @classmethod
+    def from_error(cls, exc: BaseException | str) -> Score:
+        message = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
+        return cls(0.0, f"error: {message}", True)
+
+
+class MetricReturnError(TypeError):
+    """A metric returned something that is not a bool, a number or (score, feedback)."""
+
+
+def normalize(returned: Any) -> Score:
+    """Kedi's rules: bool -> 1.0/0.0, a number -> float (not clamped), (score, feedback)."""
+    if isinstance(returned, bool):
+        return Score(1.0 if returned else 0.0)
+    if isinstance(returned, Real):
+        return Score(float(returned))
+    if isinstance(returned, tuple) and len(returned) == 2:
+        value, feedback = returned
+        inner = normalize(value)
+        return Score(inner.value, "" if feedback is None else str(feedback))
+    raise MetricReturnError(
+        f"metric returned {type(returned).__name__} {shorten_repr(returned)}; "
+        "expected a bool, a number or (score, feedback)"
+    )
+
+
+def shorten_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    win_rate: float
+    stderr: float
+
+    def as_geo(self) -> dict[str, float | int]:
+        """The E-GEO names, as `egeo evaluate` prints them."""
+        return {
+            "n": self.n,
+            "avg_rank_improvement": self.mean,
+            "win_rate": self.win_rate,
+            "stderr_rank_improvement": self.stderr,
+        }
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """n, mean, share of values > 0, and sample stddev / sqrt(n) (0.0 when n < 2)."""
+    data: Sequence[float] = [float(v) for v in values]
+    n = len(data)
+    if n == 0:
+        return Summary(0, 0.0, 0.0, 0.0)
+    mean = math.fsum(data) / n
+    wins = sum(1 for v in data if v > 0) / n
+    if n < 2:
+        return Summary(n, mean, wins, 0.0)
+    variance = math.fsum((v - mean) ** 2 for v in data) / (n - 1)
+    return Summary(n, mean, wins, math.sqrt(variance) / math.sqrt(n))

@@ -1,0 +1,54 @@
+"""One evaluation run's engine, shared by the plugin and the `egeo` command: the prompts,
+the client, the runner, and each row's pending outcome."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Iterable
+
+from pytest_geo.data import GeoRow
+from pytest_geo.geo import GeoEngine, GeoOutcome
+from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.factory import build_client
+from pytest_geo.prompts import PromptSet, load_prompts
+from pytest_geo.runner import BoundedClient, Runner
+from pytest_geo.settings import Settings
+
+
+class GeoSession:
+    """Built on first need, so runs without GEO rows never load prompts or need a key."""
+
+    def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
+        self.settings = settings
+        self.prompts: PromptSet = load_prompts(settings.prompts_dir)
+        self.client: ChatClient = BoundedClient(client or build_client(settings), settings.concurrency)
+        self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
+        self.runner = Runner(settings.concurrency)
+        self._futures: dict[str, concurrent.futures.Future[GeoOutcome]] = {}
+
+    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome]:
+        future = self._futures.get(key)
+        if future is None:
+            future = self._futures[key] = self.runner.submit(lambda: self.engine.run(row))
+        return future
+
+    def outcome(self, key: str, row: GeoRow) -> GeoOutcome:
+        """Wait for a row (scheduling it now if nobody did); the future is then dropped so
+        finished rows do not pile up in memory."""
+        future = self.schedule(key, row)
+        try:
+            return future.result()
+        finally:
+            self._futures.pop(key, None)
+
+    def evaluate(self, rows: Iterable[GeoRow]) -> list[GeoOutcome]:
+        keyed = [(f"{row.path}:{row.line}", row) for row in rows]
+        for key, row in keyed:
+            self.schedule(key, row)
+        return [self.outcome(key, row) for key, row in keyed]
+
+    def cancel_pending(self) -> int:
+        return self.runner.cancel_pending()
+
+    def close(self) -> None:
+        self.runner.close(self.client)
