@@ -40,8 +40,7 @@ class _GeoItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        # No domain: pytest would print dots in a query_id as "::".
-        return self.path, self.line - 1, ""
+        return self.path, self.line - 1, self.name
 
     def _base_record(self, kind: str) -> dict[str, Any]:
         return {"kind": kind, "dataset": self.parent.nodeid if self.parent else "", "nodeid": self.nodeid,

@@ -68,6 +68,12 @@ def temperature(text: str) -> float:
     return value
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_geo import newhooks
+
+    pluginmanager.add_hookspecs(newhooks)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
     group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
@@ -182,8 +188,9 @@ def geo_session_of(config: pytest.Config) -> GeoSession:
 
 
 def _start(config: pytest.Config) -> GeoSession:
+    settings = settings_of(config)
     try:
-        return GeoSession(settings_of(config))
+        return GeoSession(settings, config.hook.pytest_geo_make_client(config=config, settings=settings))
     except (PromptError, ClientSetupError) as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -1,0 +1,56 @@
+"""Dataset reading: seeded target choice, names, and line handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_geo.data import GeoRow, RowProblem, choose_target, read_dataset, row_names
+
+CANDS = [{"id": i, "title": i, "description": i} for i in ("a", "b", "c", "d", "e")]
+
+
+def test_target_choice_is_the_same_in_every_process() -> None:
+    ids = [c["id"] for c in CANDS]
+    here = [choose_target(7, f"query {i}", ids) for i in range(20)]
+    code = (
+        "from pytest_geo.data import choose_target;"
+        f"print(','.join(choose_target(7, f'query {{i}}', {ids!r}) for i in range(20)))"
+    )
+    for hashseed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": hashseed},
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        assert out.split(",") == here
+    assert len(set(here)) > 1
+
+
+def test_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
+    row = json.dumps({"query": "q", "candidates": CANDS[:2], "target_id": "a"})
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + row.encode() + b"\r\n\r\n   \n" + row.encode() + b"\r\n")
+    lines = read_dataset(path, seed=1)
+    assert [type(x) for x in lines] == [GeoRow, GeoRow]
+    assert [x.line for x in lines] == [1, 4]
+
+
+def test_duplicate_query_ids_get_distinct_names(tmp_path: Path) -> None:
+    row = {"query": "q", "candidates": CANDS[:2], "target_id": "a"}
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps({**row, "query_id": q}) for q in ("x", "y", "x")) + "\n{bad\n")
+    lines = read_dataset(path, seed=1)
+    assert isinstance(lines[3], RowProblem)
+    assert row_names(lines) == ["x@line1", "y", "x@line3", "line4"]
+
+
+def test_long_lines_give_short_messages(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"query": "q" * 100_000, "candidates": "nope"}) + "\n")
+    (problem,) = read_dataset(path, seed=1)
+    assert isinstance(problem, RowProblem)
+    assert str(problem).startswith(f"{path}:1: candidates: expected array, got str")
+    assert len(str(problem)) < 300

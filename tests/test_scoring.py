@@ -1,0 +1,66 @@
+"""Aggregate arithmetic against hand-computed cases, and metric-return normalisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
+
+
+def test_empty() -> None:
+    s = summarize([])
+    assert (s.n, s.mean, s.win_rate, s.stderr) == (0, 0.0, 0.0, 0.0)
+
+
+def test_one_value_has_no_stderr() -> None:
+    s = summarize([3])
+    assert (s.n, s.mean, s.win_rate, s.stderr) == (1, 3.0, 1.0, 0.0)
+
+
+def test_two_values() -> None:
+    s = summarize([2, 0])
+    # mean 1; sample variance ((1)^2 + (-1)^2) / 1 = 2; stderr sqrt(2)/sqrt(2) = 1
+    assert (s.n, s.mean, s.win_rate) == (2, 1.0, 0.5)
+    assert s.stderr == pytest.approx(1.0)
+
+
+def test_mixed_case() -> None:
+    s = summarize([2, -1, 0, 0, 1])
+    # mean 0.4; deviations 1.6, -1.4, -0.4, -0.4, 0.6; squares sum 5.2; var 1.3
+    assert s.mean == pytest.approx(0.4)
+    assert s.win_rate == pytest.approx(0.4)
+    assert s.stderr == pytest.approx(math.sqrt(1.3) / math.sqrt(5))
+
+
+def test_geo_names() -> None:
+    assert summarize([2, 2]).as_geo() == {
+        "n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [
+        (True, Score(1.0)),
+        (False, Score(0.0)),
+        (3, Score(3.0)),
+        (2.5, Score(2.5)),
+        (-4.0, Score(-4.0)),
+        ((0.5, "close"), Score(0.5, "close")),
+        ((True, 42), Score(1.0, "42")),
+    ],
+)
+def test_normalize(returned: object, expected: Score) -> None:
+    assert normalize(returned) == expected
+
+
+@pytest.mark.parametrize("returned", [None, "yes", [1], (1, 2, 3), ("a", "b")])
+def test_normalize_rejects_other_values(returned: object) -> None:
+    with pytest.raises(MetricReturnError, match="expected a bool, a number or \\(score, feedback\\)"):
+        normalize(returned)
+
+
+def test_error_score() -> None:
+    assert Score.from_error(ValueError("boom")) == Score(0.0, "error: boom", True)
