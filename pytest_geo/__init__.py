@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-__all__ = ["GeoOutcome", "GeoRow", "Score", "Summary", "__version__", "normalize", "summarize"]
+__all__ = [
+    "GeoOutcome",
+    "GeoRow",
+    "Metric",
+    "Score",
+    "Suite",
+    "SuiteError",
+    "Summary",
+    "__version__",
+    "normalize",
+    "suite",
+    "summarize",
+]
 
 from pytest_geo.data import GeoRow
 from pytest_geo.geo import GeoOutcome
 from pytest_geo.scoring import Score, Summary, normalize, summarize
+from pytest_geo.suites import Metric, Suite, SuiteError, suite
 
 __version__ = "0.1.0"

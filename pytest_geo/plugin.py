@@ -8,12 +8,21 @@ from typing import Any, Callable, Generator
 
 import pytest
 
-from pytest_geo.items import GeoDatasetFile, GeoRowItem
+from pytest_geo.items import (
+    REGISTERED_MARKERS,
+    ConftestSuites,
+    GeoDatasetFile,
+    GeoRowItem,
+    SuiteCollector,
+    SuiteFile,
+    suites_in,
+)
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
 from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
 from pytest_geo.session import GeoSession
-from pytest_geo.settings import DEFAULT_SEED, ROLES, Settings, default_model, env_flag, MOCK_ENV
+from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
+from pytest_geo.suites import SPLITS, Suite
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION = pytest.StashKey["GeoSession | None"]()
@@ -74,6 +83,22 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(newhooks)
 
 
+def split_mode(text: str) -> str:
+    if text not in SPLITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(SPLITS)}")
+    return text
+
+
+def min_score(text: str) -> tuple[str, float]:
+    suite, sep, value = text.rpartition("=")
+    if not sep or not suite:
+        raise argparse.ArgumentTypeError(f"{text!r} is not SUITE=VALUE")
+    try:
+        return suite, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
     group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
@@ -102,6 +127,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help="retries of a failed model call (ini: geo_max_retries; default: 4).")
 
+    group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
+                    help="suite rows to score: test (test_data, else data; default), train (data), "
+                         "or all (both, reported separately) (ini: geo_split).")
+    group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
+                    help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
+                         "suite's own threshold.")
+
+    parser.addini("geo_suite_files", "glob patterns of YAML suite files", type="args", default=["*.geo.yaml"])
+    parser.addini("geo_split", "suite rows to score: test, train or all", default="")
     parser.addini("geo_datasets", "GEO JSONL datasets, relative to the rootdir", type="paths", default=[])
     parser.addini("geo_prompts", "prompts directory, relative to the rootdir", default="")
     parser.addini("geo_seed", "seed for choosing a missing target_id", default="")
@@ -147,6 +181,7 @@ def _settings(config: pytest.Config) -> Settings:
     settings.base_url = _pick(config, "geo_base_url", "geo_base_url", str)
     settings.timeout = _pick(config, "geo_timeout", "geo_timeout", positive_float) or settings.timeout
     settings.concurrency = _pick(config, "geo_concurrency", "geo_concurrency", positive_int) or settings.concurrency
+    settings.split = _pick(config, "geo_split", "geo_split", split_mode) or "test"
     retries = _pick(config, "geo_max_retries", "geo_max_retries", non_negative_int)
     settings.max_retries = settings.max_retries if retries is None else retries
     return settings
@@ -171,6 +206,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RESULTS] = Results()
     datasets = _dataset_paths(config)
     config.stash[DATASETS] = set(datasets)
+    config.stash[REGISTERED_MARKERS] = set()
+    config.stash[RESULTS].min_scores = dict(config.getoption("geo_min_score"))
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
@@ -204,10 +241,21 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix != ".jsonl":
+    config = parent.config
+    if file_path.suffix == ".jsonl":
+        if file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path):
+            return GeoDatasetFile.from_parent(parent, path=file_path)
         return None
-    if file_path.resolve() in parent.config.stash[DATASETS] or parent.session.isinitpath(file_path):
-        return GeoDatasetFile.from_parent(parent, path=file_path)
+    if any(file_path.match(pattern) for pattern in config.getini("geo_suite_files")):
+        return SuiteFile.from_parent(parent, path=file_path)
+    if file_path.name == "conftest.py" and suites_in(config.pluginmanager.get_plugin(str(file_path))):
+        return ConftestSuites.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
+    if isinstance(obj, Suite):
+        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
     return None
 
 
@@ -269,15 +317,19 @@ class GeoCollector:
         geo = self.config.stash.get(SESSION, None)
         if geo is not None:
             geo.close()
+        if _is_xdist_worker(self.config):
+            return
         path = self.config.getoption("geo_report")
-        if path and not _is_xdist_worker(self.config):
+        if path:
             write_json_atomic(Path(path), build_report(self.results))
+        if self.results.below_threshold() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results.empty:
             return
         terminalreporter.write_sep("=", "GEO evaluation")
-        for line in terminal_lines(self.results):
+        for line in terminal_lines(self.results, show_split=settings_of(self.config).split == "all"):
             terminalreporter.write_line(line)
         path = self.config.getoption("geo_report")
         if path:

@@ -1,4 +1,5 @@
-"""Collecting per-row records, aggregating them, and reporting: terminal lines and JSON."""
+"""Collecting per-row records, aggregating them per suite, and reporting: the terminal
+summary (GEO metrics, Kedi's `Evals:` block, thresholds) and the JSON report."""
 
 from __future__ import annotations
 
@@ -7,64 +8,143 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from pytest_geo.scoring import Summary, summarize
+from pytest_geo.suites import GEO_METRIC
 
 REPORT_FORMAT_VERSION = 1
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
+FEEDBACK_LIMIT = 300
+SCORED = ("geo", "suite")
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    suite: str
+    metric: str
+    split: str
+    summary: Summary
+    feedback: str
+    threshold: float | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.suite}::{self.metric}"
+
+    @property
+    def below_threshold(self) -> bool:
+        return self.threshold is not None and self.summary.mean < self.threshold
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "suite": self.suite, "metric": self.metric, "split": self.split, "n": self.summary.n,
+            "score": self.summary.mean, "win_rate": self.summary.win_rate, "stderr": self.summary.stderr,
+            "feedback": self.feedback, "threshold": self.threshold, "below_threshold": self.below_threshold,
+        }
+        if self.metric == GEO_METRIC:
+            data.update(self.summary.as_geo())
+        return data
+
+
+def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
+    """Join with '; ', repeated entries folded with a count, long text shortened with a
+    count of what was left out."""
+    counts: dict[str, int] = {}
+    for text in feedback:
+        text = " ".join(text.split())
+        if text:
+            counts[text] = counts.get(text, 0) + 1
+    entries = [text if n == 1 else f"{text} (x{n})" for text, n in counts.items()]
+    shown: list[str] = []
+    for entry in entries:
+        if len("; ".join([*shown, entry])) > limit and shown:
+            break
+        shown.append(entry if len(entry) <= limit else entry[: limit - 3] + "...")
+    left = len(entries) - len(shown)
+    return "; ".join(shown) + (f"; ... ({left} more)" if left else "")
 
 
 @dataclass
 class Results:
     """Records as they arrive from reports (locally or from xdist workers)."""
 
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    problems: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    min_scores: dict[str, float] = field(default_factory=dict)
 
     def add(self, record: dict[str, Any]) -> None:
-        if record.get("kind") == "problem":
-            self.problems.append(record)
-        else:
-            self.rows.setdefault(record["dataset"], []).append(record)
-
-    def dataset_summaries(self) -> dict[str, Summary]:
-        return {name: summarize(r["score"] for r in rows) for name, rows in sorted(self.rows.items())}
-
-    def overall(self) -> Summary:
-        return summarize(r["score"] for rows in self.rows.values() for r in rows)
+        self.records.append(record)
 
     @property
     def empty(self) -> bool:
-        return not self.rows and not self.problems
+        return not self.records
+
+    @property
+    def problems(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == "problem"]
+
+    def suites(self) -> list[SuiteResult]:
+        groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for record in self.records:
+            if record["kind"] != "problem":
+                groups.setdefault((record["suite"], record["metric"], record["split"]), []).append(record)
+        results = []
+        for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+            scored = [r for r in sorted(records, key=_order) if r["kind"] in SCORED]
+            threshold = self.min_scores.get(suite, records[0].get("threshold"))
+            feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
+            results.append(SuiteResult(suite, metric, split, summarize(r["score"] for r in scored), feedback, threshold))
+        return results
+
+    def geo_suites(self) -> dict[str, Summary]:
+        return {s.suite: s.summary for s in self.suites() if s.metric == GEO_METRIC}
+
+    def geo_overall(self) -> Summary:
+        return summarize(r["score"] for r in self.records if r["kind"] == "geo")
+
+    def below_threshold(self) -> list[SuiteResult]:
+        return [s for s in self.suites() if s.below_threshold]
+
+
+def _order(record: Mapping[str, Any]) -> tuple[str, str, int, int]:
+    return (record["suite"], record["split"], record.get("line") or 0, record.get("index") or 0)
 
 
 def format_geo_line(label: str, summary: Summary) -> str:
     metrics = summary.as_geo()
-    return f"{label}: n={metrics['n']} " + " ".join(
-        f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:]
-    )
+    return f"{label}: n={metrics['n']} " + " ".join(f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:])
 
 
-def terminal_lines(results: Results) -> list[str]:
-    lines = [format_geo_line(name, summary) for name, summary in results.dataset_summaries().items()]
-    if len(results.rows) > 1:
-        lines.append(format_geo_line("all datasets", results.overall()))
+def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
+    """The GEO block, threshold verdicts, then Kedi's `Evals:` block, last."""
+    lines = [format_geo_line(name, summary) for name, summary in results.geo_suites().items()]
+    if len(results.geo_suites()) > 1:
+        lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
+    for failed in results.below_threshold():
+        lines.append(
+            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, below its threshold {failed.threshold:.4f}"
+        )
+    lines.append("Evals:")
+    for suite in results.suites():
+        split = f" [{suite.split}]" if show_split else ""
+        tail = f" | {suite.feedback}" if suite.feedback else ""
+        lines.append(f"- {suite.label}{split}: {suite.summary.mean:.4f}{tail}")
     return lines
 
 
 def build_report(results: Results) -> dict[str, Any]:
-    rows = [r for _, dataset_rows in sorted(results.rows.items()) for r in dataset_rows]
+    suites = results.suites()
     return {
         "format_version": REPORT_FORMAT_VERSION,
+        "suites": [s.as_json() for s in suites],
         "geo": {
-            "overall": results.overall().as_geo(),
-            "datasets": {name: s.as_geo() for name, s in results.dataset_summaries().items()},
+            "overall": results.geo_overall().as_geo(),
+            "datasets": {name: s.as_geo() for name, s in results.geo_suites().items()},
         },
-        "rows": sorted(rows, key=lambda r: (r["dataset"], r["line"])),
-        "problems": sorted(results.problems, key=lambda r: (r["dataset"], r["line"])),
+        "rows": sorted((r for r in results.records if r["kind"] in SCORED), key=_order),
+        "problems": sorted(results.problems, key=_order),
     }
 
 
@@ -74,7 +154,7 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True, ensure_ascii=False)
+            json.dump(payload, handle, indent=2, sort_keys=True, ensure_ascii=False, default=str)
             handle.write("\n")
         os.replace(tmp, path)
     except BaseException:

@@ -1,0 +1,82 @@
+"""YAML suite files: `yaml.safe_load`, a shipped JSON Schema, and nothing executed except
+a `module:function` the file names explicitly."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonschema
+import yaml
+
+from pytest_geo.suites import GEO_METRIC, Suite, SuiteError
+
+
+class SuiteFileError(Exception):
+    """A suite file that cannot be used; the message names the file and the field."""
+
+
+@lru_cache(maxsize=None)
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/suite.schema.json").read_text("utf-8"))
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _field(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def import_object(spec: str, path: Path, field: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:
+        raise SuiteFileError(f"{path}: {field}: cannot import {spec!r}: {type(exc).__name__}: {exc}") from None
+    if not callable(obj):
+        raise SuiteFileError(f"{path}: {field}: {spec!r} is not callable")
+    return obj
+
+
+def load_suite_file(path: Path) -> Suite:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteFileError(f"{path}: cannot read suite file: {exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SuiteFileError(f"{path}{where}: invalid YAML: {problem}") from None
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        message = error.message if len(error.message) < 160 else error.message[:157] + "..."
+        raise SuiteFileError(f"{path}: {_field(error)}: {message}")
+    procedure = import_object(doc["procedure"], path, "procedure") if "procedure" in doc else None
+    declared = Suite(
+        name=doc["suite"],
+        data=dict(doc["data"]),
+        test_data=dict(doc.get("test_data") or {}),
+        threshold=doc.get("threshold"),
+        markers=tuple(doc.get("markers", ())),
+        procedure=procedure,
+        base_dir=path.parent,
+    )
+    metric = doc["metric"]
+    try:
+        if "builtin" in metric:
+            declared.metric(metric["builtin"], dataset=metric["dataset"])
+            if metric["builtin"] == GEO_METRIC:
+                return declared
+        else:
+            fn = import_object(metric["function"], path, "metric.function")
+            declared.metric(fn, dataset=metric["dataset"], name=metric.get("name"))
+    except SuiteError as exc:
+        raise SuiteFileError(f"{path}: {exc}") from None
+    return declared

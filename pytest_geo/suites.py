@@ -1,0 +1,238 @@
+"""Eval suites (Kedi semantics): named after the procedure they score, training `data`,
+optional held-out `test_data` under the same dataset name, and exactly one metric."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import keyword
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
+from pytest_geo.data import DatasetError, DatasetLine, iter_dataset
+
+Row = tuple[Any, Any]
+DatasetSpec = Union[Sequence[Row], Callable[[], Iterable[Row]], str, Path]
+MetricFn = Callable[..., Any]
+GEO_METRIC = "rank_improvement"
+SPLITS = ("test", "train", "all")
+
+
+class SuiteError(Exception):
+    """A suite that cannot be run as declared; the message names the suite."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    dataset: str
+    fn: MetricFn | None  # None for the built-in GEO rank experiment
+
+    @property
+    def is_geo(self) -> bool:
+        return self.fn is None
+
+
+def exact_match(output: Any, expected: Any) -> bool:
+    return str(output).strip() == str(_expected_value(expected)).strip()
+
+
+def contains(output: Any, expected: Any) -> bool:
+    return str(_expected_value(expected)).strip().lower() in str(output).lower()
+
+
+def _expected_value(expected: Any) -> Any:
+    if isinstance(expected, Mapping) and len(expected) == 1:
+        return next(iter(expected.values()))
+    return expected
+
+
+# Built-ins that compare the procedure's output with `expected`; they need a procedure.
+OUTPUT_METRICS: dict[str, Callable[[Any, Any], Any]] = {"exact_match": exact_match, "contains": contains}
+BUILTIN_METRICS = (*OUTPUT_METRICS, GEO_METRIC)
+
+
+@dataclass
+class Suite:
+    """Declare with :func:`suite`, then attach the one metric::
+
+        answer_eval = pytest_geo.suite("answer", data={"questions": [("2 + 2?", {"answer": "4"})]})
+
+        @answer_eval.metric
+        def exact(questions, expected):       # the first parameter names the dataset
+            return answer(questions).strip() == expected["answer"]
+    """
+
+    name: str
+    data: dict[str, DatasetSpec]
+    test_data: dict[str, DatasetSpec] = field(default_factory=dict)
+    threshold: float | None = None
+    markers: tuple[str, ...] = ()
+    procedure: Callable[..., Any] | None = None
+    base_dir: Path | None = None
+    metrics: list[Metric] = field(default_factory=list)
+
+    def metric(
+        self, fn: MetricFn | str | None = None, *, dataset: str | None = None, name: str | None = None
+    ) -> Any:
+        """Attach the metric: a function (also as a decorator) or a built-in name."""
+        if fn is None:
+            return lambda f: self.metric(f, dataset=dataset, name=name)
+        if isinstance(fn, str):
+            self.metrics.append(self._builtin(fn, dataset))
+            return fn
+        self.metrics.append(Metric(name or fn.__name__, dataset or _first_parameter(fn, self.name), fn))
+        return fn
+
+    def _builtin(self, metric_name: str, dataset: str | None) -> Metric:
+        dataset = dataset or (next(iter(self.data)) if len(self.data) == 1 else "")
+        if metric_name == GEO_METRIC:
+            return Metric(GEO_METRIC, dataset, None)
+        if metric_name not in OUTPUT_METRICS:
+            raise SuiteError(
+                f"suite {self.name!r}: unknown built-in metric {metric_name!r} (built-ins: {', '.join(BUILTIN_METRICS)})"
+            )
+        compare = OUTPUT_METRICS[metric_name]
+        procedure, suite_name = self.procedure, self.name
+
+        def builtin(value: Any, expected: Any) -> Any:
+            if procedure is None:
+                raise SuiteError(f"suite {suite_name!r}: metric {metric_name!r} needs a procedure to call")
+            return compare(procedure(value), expected)
+
+        return Metric(metric_name, dataset, builtin)
+
+    def check(self) -> Metric:
+        """Kedi's parse-time rules: exactly one metric, over a dataset the suite defines."""
+        if not self.metrics:
+            raise SuiteError(f"suite {self.name!r} has no metric")
+        if len(self.metrics) > 1:
+            names = ", ".join(m.name for m in self.metrics)
+            raise SuiteError(f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one")
+        metric = self.metrics[0]
+        if metric.dataset not in self.data and metric.dataset not in self.test_data:
+            defined = ", ".join(sorted({*self.data, *self.test_data})) or "none"
+            raise SuiteError(
+                f"suite {self.name!r}: metric {metric.name!r} names dataset {metric.dataset!r}, "
+                f"which the suite does not define (defined: {defined})"
+            )
+        return metric
+
+    def splits(self, mode: str) -> list[tuple[str, DatasetSpec]]:
+        """Which rows are scored: `test` uses test_data if defined, else data (Kedi's
+        fallback); `train` uses data; `all` both, reported separately."""
+        dataset = self.check().dataset
+        train = [("train", self.data[dataset])] if dataset in self.data else []
+        test = [("test", self.test_data[dataset])] if dataset in self.test_data else []
+        if mode == "train":
+            return train
+        if mode == "all":
+            return train + test
+        return test or train
+
+
+def _first_parameter(fn: MetricFn, suite_name: str) -> str:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if not params:
+        raise SuiteError(f"suite {suite_name!r}: metric {getattr(fn, '__name__', fn)!r} takes no dataset parameter")
+    return params[0]
+
+
+def suite(
+    name: str | Callable[..., Any],
+    *,
+    data: Mapping[str, DatasetSpec],
+    test_data: Mapping[str, DatasetSpec] | None = None,
+    metric: MetricFn | str | None = None,
+    dataset: str | None = None,
+    threshold: float | None = None,
+    markers: Sequence[str] = (),
+) -> Suite:
+    """Declare an eval suite named after the procedure it scores (a name or the callable)."""
+    procedure = None if isinstance(name, str) else name
+    suite_name = name if isinstance(name, str) else getattr(name, "__name__", "")
+    if not suite_name.isidentifier() or keyword.iskeyword(suite_name):
+        raise SuiteError(f"suite name {suite_name!r} must be a Python identifier (it is the procedure's name)")
+    caller = inspect.stack(0)[1].filename
+    declared = Suite(
+        suite_name,
+        dict(data),
+        dict(test_data or {}),
+        threshold,
+        tuple(markers),
+        procedure,
+        Path(caller).parent if caller and not caller.startswith("<") else None,
+    )
+    if metric is not None:
+        declared.metric(metric, dataset=dataset)
+    return declared
+
+
+def score_row(metric: Metric, value: Any, expected: Any) -> Any:
+    """Call the metric with fresh bindings for one row: (input, expected), or input alone
+    for a one-parameter metric."""
+    assert metric.fn is not None
+    try:
+        arity = len(inspect.signature(metric.fn).parameters)
+    except (TypeError, ValueError):
+        arity = 2
+    return metric.fn(value) if arity == 1 else metric.fn(value, expected)
+
+
+def load_rows(
+    suite_name: str, dataset: str, spec: DatasetSpec, base_dir: Path | None, seed: int, geo: bool = False
+) -> list[Any]:
+    """A dataset's rows: pairs, GEO rows (for the rank metric) or problems; raises
+    SuiteError naming the suite and dataset when the data cannot be loaded at all."""
+    where = f"suite {suite_name!r}: dataset {dataset!r}"
+    try:
+        if isinstance(spec, (str, Path)):
+            path = Path(spec)
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            return list(iter_dataset(path, seed)) if geo else _read_pairs(path)
+        if geo:
+            raise SuiteError(f"{where}: the {GEO_METRIC} metric needs a GEO JSONL file path")
+        rows = spec() if callable(spec) else spec
+        return [_pair(row, where, i) for i, row in enumerate(rows)]
+    except SuiteError:
+        raise
+    except DatasetError as exc:
+        raise SuiteError(f"{where} failed to load: {exc}") from None
+    except Exception as exc:  # user data code: any failure is a load failure of the run
+        raise SuiteError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+
+
+def _pair(row: Any, where: str, index: int) -> Row:
+    if isinstance(row, Mapping) and "input" in row:
+        return (row["input"], row.get("expected"))
+    if isinstance(row, (tuple, list)) and len(row) == 2:
+        return (row[0], row[1])
+    raise SuiteError(f"{where}: row {index} is not an (input, expected) pair: {row!r:.80}")
+
+
+def _read_pairs(path: Path) -> list[Row]:
+    """`{"input": ..., "expected": ...}` per line; a bad line is a load failure."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror or exc}") from None
+    rows: list[Row] = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise DatasetError(f"{path}:{line_no}: invalid JSON: {exc}") from None
+        if not isinstance(obj, dict) or "input" not in obj:
+            raise DatasetError(f"{path}:{line_no}: expected an object with 'input' (and 'expected')")
+        rows.append((obj["input"], obj.get("expected")))
+    return rows
+
+
+__all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_rows", "score_row", "suite"]
