@@ -325,15 +325,18 @@ class GeoCollector:
         if self.results.below_threshold() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
+        """Outermost, so the `Evals:` block comes after pytest's own short summary."""
+        yield
         if self.results.empty:
             return
-        terminalreporter.write_sep("=", "GEO evaluation")
-        for line in terminal_lines(self.results, show_split=settings_of(self.config).split == "all"):
-            terminalreporter.write_line(line)
+        terminalreporter.write_sep("=", "pytest-geo evaluation")
         path = self.config.getoption("geo_report")
         if path:
-            terminalreporter.write_line(f"GEO report written to {path}")
+            terminalreporter.write_line(f"report written to {path}")
+        for line in terminal_lines(self.results, show_split=settings_of(self.config).split == "all"):
+            terminalreporter.write_line(line)
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:

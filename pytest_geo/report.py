@@ -89,7 +89,7 @@ class Results:
             if record["kind"] != "problem":
                 groups.setdefault((record["suite"], record["metric"], record["split"]), []).append(record)
         results = []
-        for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] != "train")):
             scored = [r for r in sorted(records, key=_order) if r["kind"] in SCORED]
             threshold = self.min_scores.get(suite, records[0].get("threshold"))
             feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"

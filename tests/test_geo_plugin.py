@@ -38,7 +38,7 @@ def test_mock_smoke_run_reports_the_seed_metrics(geo_project: pytest.Pytester) -
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines([
-        "*GEO evaluation*",
+        "*pytest-geo evaluation*",
         "data/smoke.jsonl: n=8 avg_rank_improvement=2.0000 win_rate=1.0000 stderr_rank_improvement=0.0000",
     ])
 
