@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -373,3 +375,15 @@ def test_geo_metric_in_a_declared_suite_shares_the_report_format(geo_project: py
     for name in ("rewriter", "data/smoke.jsonl"):
         assert by_suite[name]["avg_rank_improvement"] == 2.0
         assert by_suite[name]["n"] == 8
+
+
+def test_repository_example_suites_run_offline(geo_project: pytest.Pytester) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "eval", geo_project.path / "eval")
+    result = geo_project.runpytest("eval/suites", "--geo-mock", "--strict-markers")
+    result.assert_outcomes(passed=11)
+    assert result.stdout.lines[-4:-1] == [
+        "Evals:",
+        "- rewriter::rank_improvement: 2.0000 | rank 3 -> 1 (x8)",
+        "- sentiment::accuracy: 0.6667 | 'Not great, not awful': said positive",
+    ]
