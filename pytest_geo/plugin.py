@@ -30,48 +30,38 @@ RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey["set[Path]"]()
 
 
-def positive_int(text: str) -> int:
+def _convert(text: str, convert: Callable[[str], Any], what: str) -> Any:
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+def _at_least(value: Any, text: str, minimum: float, strict: bool = False) -> Any:
+    if value < minimum or (strict and value == minimum):
+        bound = f"more than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
     return value
 
 
 def any_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return _convert(text, int, "a whole number")
+
+
+def positive_int(text: str) -> int:
+    return _at_least(any_int(text), text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _at_least(any_int(text), text, 0)
+
+
+def positive_float(text: str) -> float:
+    return _at_least(_convert(text, float, "a number"), text, 0, strict=True)
 
 
 def temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _convert(text, float, "a number")
     if not 0 <= value <= 2:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2")
     return value
