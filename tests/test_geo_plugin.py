@@ -257,3 +257,12 @@ def test_bad_option_values_are_usage_errors(geo_project: pytest.Pytester) -> Non
     result = geo_project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: ini option geo_seed: 'abc' is not a whole number"])
+
+
+def test_prompts_directory_from_ini(geo_project: pytest.Pytester) -> None:
+    (geo_project.path / "prompts").rename(geo_project.path / "my_prompts")
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *prompts: prompts directory not found"])
+    geo_project.makeini("[pytest]\ngeo_prompts = my_prompts\n")
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
