@@ -50,6 +50,7 @@ def terminal_lines(results: Results) -> list[str]:
     lines = [format_geo_line(name, summary) for name, summary in results.dataset_summaries().items()]
     if len(results.rows) > 1:
         lines.append(format_geo_line("all datasets", results.overall()))
+    lines += fact_lines(results)
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
     return lines
@@ -62,6 +63,7 @@ def build_report(results: Results) -> dict[str, Any]:
         "geo": {
             "overall": results.overall().as_geo(),
             "datasets": {name: s.as_geo() for name, s in results.dataset_summaries().items()},
+            "fact_violation_rate": fact_violation_rate(results)[2],
         },
         "rows": sorted(rows, key=lambda r: (r["dataset"], r["line"])),
         "problems": sorted(results.problems, key=lambda r: (r["dataset"], r["line"])),
@@ -80,3 +82,17 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fact_violation_rate(results: Results) -> tuple[int, int, float]:
+    """(rewrites with new facts, rewrites, share): only rows that produced a rewrite count."""
+    rewrites = [r for rows in results.rows.values() for r in rows if r.get("rewritten_description") is not None]
+    violating = sum(1 for r in rewrites if r.get("fact_violations"))
+    return violating, len(rewrites), (violating / len(rewrites) if rewrites else 0.0)
+
+
+def fact_lines(results: Results) -> list[str]:
+    violating, total, rate = fact_violation_rate(results)
+    if not total:
+        return []
+    return [f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"]

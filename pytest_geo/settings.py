@@ -43,3 +43,4 @@ class Settings:
     max_retries: int = 4
     cache_dir: Path | None = None
     use_cache: bool = True
+    strict_facts: bool = False
