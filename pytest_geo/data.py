@@ -123,11 +123,14 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
             return RowProblem(path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)")
         if exc.pos >= len(text.rstrip()):
             return RowProblem(path, line_no, f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}")
+        if exc.msg == "Extra data":
+            return RowProblem(path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})")
         return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
     except RecursionError:
         return RowProblem(path, line_no, "invalid JSON: nested too deeply")
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        return RowProblem(path, line_no, f"invalid JSON: {shorten(str(exc), 80)}")
+        reason = "a number with too many digits" if "digits" in str(exc) else shorten(str(exc), 80)
+        return RowProblem(path, line_no, f"invalid JSON: {reason}")
     try:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
