@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
@@ -13,17 +13,29 @@ class AnswerError(ValueError):
     """The model answered, but not with what was asked for; worth asking again."""
 
 
-def extract_json_object(text: str) -> dict[str, Any]:
-    """The first JSON object in `text`: whole, inside a code fence, or inside prose."""
-    stripped = text.strip()
-    attempts = [stripped, *FENCE.findall(text)]
-    for attempt in attempts:
+def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
+    """The first JSON object in `text`: whole, inside a code fence, or inside prose.
+
+    With `key`, the first object holding that key wins over earlier ones, so an object
+    quoted in the prose or a fence (`{}`, a candidate's own JSON) cannot hide the answer."""
+    found: dict[str, Any] | None = None
+    for value in _json_objects(text):
+        if key is None or key in value:
+            return value
+        found = found if found is not None else value
+    if found is not None:
+        return found
+    raise AnswerError(f"no JSON object in the answer: {_preview(text)}")
+
+
+def _json_objects(text: str) -> Iterator[dict[str, Any]]:
+    for attempt in [text.strip(), *FENCE.findall(text)]:
         try:
             value = json.loads(attempt)
         except ValueError:
             continue
         if isinstance(value, dict):
-            return value
+            yield value
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:
@@ -31,8 +43,7 @@ def extract_json_object(text: str) -> dict[str, Any]:
         except ValueError:
             continue
         if isinstance(value, dict):
-            return value
-    raise AnswerError(f"no JSON object in the answer: {_preview(text)}")
+            yield value
 
 
 def _preview(text: str, limit: int = 80) -> str:
@@ -50,7 +61,7 @@ def _id_text(value: Any) -> str:
 
 def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
     """The ranker's `{"ordered_ids": [...]}`, which must be a permutation of the candidates."""
-    answer = extract_json_object(text)
+    answer = extract_json_object(text, "ordered_ids")
     if "ordered_ids" not in answer:
         raise AnswerError(f"answer has no 'ordered_ids' field (keys: {', '.join(map(str, answer)) or 'none'})")
     raw = answer["ordered_ids"]
@@ -75,7 +86,7 @@ def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
 
 def parse_rewrite(text: str) -> str:
     """The rewriter's `{"rewritten_description": "..."}`, non-empty."""
-    answer = extract_json_object(text)
+    answer = extract_json_object(text, "rewritten_description")
     if "rewritten_description" not in answer:
         raise AnswerError(
             f"answer has no 'rewritten_description' field (keys: {', '.join(map(str, answer)) or 'none'})"

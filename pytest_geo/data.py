@@ -88,8 +88,16 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
     if error.validator == "required":
         return f"{where}: {error.message}"
     if error.validator == "type":
-        got = "null" if error.instance is None else type(error.instance).__name__
+        if where == "row":
+            got = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+                type(error.instance), "a number")
+            return f"expected one JSON object per line, got {got}"
+        if error.instance is None:
+            return f"{where}: expected {error.validator_value}, got null"
+        got = type(error.instance).__name__
         return f"{where}: expected {error.validator_value}, got {got} {shorten(json.dumps(error.instance), 40)}"
+    if error.validator == "minLength" and error.instance == "":
+        return f"{where}: must not be empty"
     return f"{where}: {shorten(error.message)}"
 
 
@@ -105,14 +113,28 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return RowProblem(path, line_no, f"invalid UTF-8 at byte {exc.start}")
-    if line_no == 1:
-        text = text.removeprefix("\ufeff")
+    text = text.removeprefix("\ufeff")  # also on later lines: files joined with `cat`
     if not text.strip():
         return None
     try:
         obj: Any = json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string"):
+            return RowProblem(path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)")
+        if exc.pos >= len(text.rstrip()):
+            return RowProblem(path, line_no, f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}")
+        if exc.msg == "Extra data":
+            return RowProblem(path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})")
         return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return RowProblem(path, line_no, "invalid JSON: nested too deeply")
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        reason = "a number with too many digits" if "digits" in str(exc) else shorten(str(exc), 80)
+        return RowProblem(path, line_no, f"invalid JSON: {reason}")
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return RowProblem(path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string")
     query_id = _query_id(obj)
     error = jsonschema.exceptions.best_match(_validator().iter_errors(obj))
     if error is not None:

@@ -9,6 +9,7 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from pytest_geo.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.data import Candidate, GeoRow
+from pytest_geo.facts import new_facts
 from pytest_geo.llm.base import ChatClient, ChatRequest
 from pytest_geo.prompts import PromptSet, render
 from pytest_geo.scoring import Score
@@ -28,6 +29,7 @@ class GeoOutcome:
     rewritten_description: str | None = None
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    fact_violations: tuple[str, ...] = ()
 
     @property
     def rank_improvement(self) -> int | None:
@@ -40,7 +42,8 @@ class GeoOutcome:
         if self.error is not None:
             return f"error: {self.error}"
         text = f"rank {self.rank_before} -> {self.rank_after}"
-        return "; ".join([text, *self.notes])
+        facts = [f"new facts: {', '.join(self.fact_violations)}"] if self.fact_violations else []
+        return "; ".join([text, *self.notes, *facts])
 
     def score(self) -> Score:
         if self.error is not None:
@@ -59,6 +62,7 @@ class GeoOutcome:
             "score": self.score().value,
             "feedback": self.feedback,
             "error": self.error,
+            "fact_violations": list(self.fact_violations),
         }
 
 
@@ -88,12 +92,14 @@ class GeoEngine:
         models: Mapping[str, str],
         temperature: float = 0.0,
         reasks: int = DEFAULT_REASKS,
+        strict_facts: bool = False,
     ) -> None:
         self.prompts = prompts
         self.client = client
         self.models = dict(models)
         self.temperature = temperature
         self.reasks = reasks
+        self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
 
     async def _ask(
         self,
@@ -165,13 +171,27 @@ class GeoEngine:
         try:
             before_task = rank_before if rank_before is not None else self.rank(row, row.candidates)
             before, rewritten = await asyncio.gather(before_task, self.rewrite(row, prompts))
-            outcome = replace(outcome, rank_before=before, rewritten_description=rewritten)
+            outcome = check_facts(replace(outcome, rank_before=before, rewritten_description=rewritten), row)
             rewritten_candidates = tuple(
                 replace(c, description=rewritten) if c.id == row.target_id else c for c in row.candidates
             )
             after = await self.rank(row, rewritten_candidates)
-            return replace(outcome, rank_after=after)
+            outcome = replace(outcome, rank_after=after)
+            if self.strict_facts and outcome.fact_violations:
+                facts = ", ".join(outcome.fact_violations)
+                outcome = replace(outcome, error=f"new facts not in the original: {facts} (--geo-strict-facts)")
+            return outcome
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure never stops the others
             return replace(outcome, error=one_line(exc))
+
+
+def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:
+    """Note what the rewrite states that the target's title and description do not (the
+    rewriter sees both). With `strict_facts` the engine then makes that the row's error."""
+    if outcome.rewritten_description is None:
+        return outcome
+    target = row.target
+    violations = new_facts(f"{target.title}\n{target.description}", outcome.rewritten_description)
+    return replace(outcome, fact_violations=tuple(violations))

@@ -136,6 +136,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
     parser.addini("geo_concurrency", "most model requests in flight at once", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
+    group.addoption("--geo-strict-facts", action="store_true", default=None,
+                    help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
+                         "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
+    parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
 
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
@@ -174,6 +178,8 @@ def _settings(config: pytest.Config) -> Settings:
     settings.split = _pick(config, "geo_split", "geo_split", split_mode) or "test"
     retries = _pick(config, "geo_max_retries", "geo_max_retries", non_negative_int)
     settings.max_retries = settings.max_retries if retries is None else retries
+    strict = config.getoption("geo_strict_facts")
+    settings.strict_facts = bool(config.getini("geo_strict_facts") if strict is None else strict)
     return settings
 
 

@@ -120,6 +120,7 @@ def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
     lines = [format_geo_line(name, summary) for name, summary in results.geo_suites().items()]
     if len(results.geo_suites()) > 1:
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
+    lines += fact_lines(results)
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
     for failed in results.below_threshold():
@@ -142,6 +143,7 @@ def build_report(results: Results) -> dict[str, Any]:
         "geo": {
             "overall": results.geo_overall().as_geo(),
             "datasets": {name: s.as_geo() for name, s in results.geo_suites().items()},
+            "fact_violation_rate": fact_violation_rate(results)[2],
         },
         "rows": sorted((r for r in results.records if r["kind"] in SCORED), key=_order),
         "problems": sorted(results.problems, key=_order),
@@ -160,3 +162,17 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fact_violation_rate(results: Results) -> tuple[int, int, float]:
+    """(rewrites with new facts, rewrites, share): only rows that produced a rewrite count."""
+    rewrites = [r for r in results.records if r["kind"] == "geo" and r.get("rewritten_description") is not None]
+    violating = sum(1 for r in rewrites if r.get("fact_violations"))
+    return violating, len(rewrites), (violating / len(rewrites) if rewrites else 0.0)
+
+
+def fact_lines(results: Results) -> list[str]:
+    violating, total, rate = fact_violation_rate(results)
+    if not total:
+        return []
+    return [f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"]

@@ -25,6 +25,7 @@ class GeoSession:
         self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
         self.runner = Runner(settings.concurrency)
         self._futures: dict[str, concurrent.futures.Future[GeoOutcome]] = {}
+        self.engine.strict_facts = settings.strict_facts
 
     def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome]:
         future = self._futures.get(key)

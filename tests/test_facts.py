@@ -1,0 +1,149 @@
+"""No new facts: the checker on its own, then every rewrite of a run checked end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_geo.facts import extract_facts, new_facts
+
+REPO = Path(__file__).resolve().parent.parent
+
+LAPTOP = "Aero One 13\n13-inch ultrabook, 980g, 16GB RAM, 512GB SSD, $1,299.00, 30% lighter than the Aero 2."
+HEADPHONES = "Sony WH-1000XM5\nNoise-cancelling headphones, 30 hours of battery, 1,5 kg case, 30 x 20 x 10 cm box."
+
+
+@pytest.mark.parametrize(("original", "rewrite", "expected"), [
+    (LAPTOP, "Aero One 13 with 16GB RAM, 2 kg, 1TB SSD.", ["2 kg", "1TB"]),  # invented specs
+    (LAPTOP, "Now only $999!", ["$999"]),  # invented price
+    (LAPTOP, "Costs 1299 EUR.", ["1299 EUR"]),  # same number, other currency
+    (LAPTOP, "Up to 45% lighter.", ["45%"]),
+    (LAPTOP, "ISO 9001 made, CE certified, best-selling.", ["ISO 9001", "CE", "certified", "best-selling"]),
+    (LAPTOP, "Pairs with the WH-1000XM5 and the X100.", ["WH-1000XM5", "X100"]),  # model numbers
+    (LAPTOP, "Backed by a 3-year warranty, three colours.", ["3-year", "three"]),
+    (HEADPHONES, "Battery lasts 40 hours; 1,5 kg case.", ["40 hours"]),
+    (HEADPHONES, "Box is 30 x 25 x 10 cm.", ["30 x 25 x 10 cm"]),
+])
+def test_invented_facts_are_reported_as_written(original: str, rewrite: str, expected: list[str]) -> None:
+    assert new_facts(original, rewrite) == expected
+
+
+@pytest.mark.parametrize(("original", "rewrite"), [
+    # reorder and reformat: spacing, case, separators, currency forms, units of one kind
+    (LAPTOP, "512 GB SSD and 16 gb RAM in a 13 inch ultrabook weighing 980 g (0.98 kg), for $1299."),
+    (LAPTOP, "At 1299 USD, 30 percent lighter than the Aero 2: the Aero One 13."),
+    (LAPTOP, "Top match for your search. 13-inch ultrabook, 980g, 16GB RAM, 512GB SSD."),
+    (LAPTOP, "16GB of RAM, 512 GB of storage, about 2.2 lb."),
+    (HEADPHONES, "The wh1000xm5 (XM5): 30-hour battery, 1.5kg case, box 30cm x 20cm x 10cm."),
+    (HEADPHONES, "Sony WH-1000XM5, a 1,5 kg case and 30 hrs of listening."),
+    ("2-year warranty, 20-30 minutes runtime, 1,000 reviews", "Two years of warranty, 20 to 30 min, 1000 reviews."),
+    ("Whisper V8\nStick cleaner, 62 dB, 0.5 L bin.", "The Whisper V8 stick cleaner: quiet at 62 dB with a 0.5 l bin."),
+])
+def test_faithful_rewrites_raise_no_false_alarm(original: str, rewrite: str) -> None:
+    assert new_facts(original, rewrite) == []
+
+
+def test_a_rewrite_may_drop_facts() -> None:
+    assert new_facts(LAPTOP, "A light ultrabook.") == []
+
+
+def test_each_new_fact_is_reported_once() -> None:
+    assert new_facts("a kettle", "2 kg, 2kg, 2 KG and $5 or $5.00") == ["2 kg", "$5"]
+
+
+def test_extraction_normalises_values_and_units() -> None:
+    facts = {(f.kind, f.value, f.unit) for f in extract_facts("1,000 mAh, 1,5 KG, $1,299.50, 45 per cent, X-100")}
+    assert facts == {
+        ("quantity", 1000, "mah"), ("quantity", 1.5, "kg"), ("price", 1299.5, "USD"),
+        ("percent", 45, "%"), ("model", None, "X100"),
+    }
+
+
+def test_a_comma_list_is_not_a_decimal() -> None:
+    assert new_facts("sizes 1,2", "sizes 1, 2 and 3") == ["3"]
+
+
+# --- every rewrite of a run is checked -------------------------------------------------
+
+ROW = {
+    "query": "light laptop",
+    "target_id": "t",
+    "candidates": [
+        {"id": "a", "title": "Desk 15", "description": "15-inch desk laptop, 1.8kg."},
+        {"id": "t", "title": "Aero One 13", "description": "13-inch ultrabook, 980g, 16GB RAM."},
+    ],
+}
+REWRITES = {
+    "honest": "16 GB RAM, 980 g: a 13 inch ultrabook.",
+    "specs": "13-inch ultrabook, only 0.9 kg, 32GB RAM.",
+    "price": "13-inch ultrabook, 980g, 16GB RAM, yours for $99.",
+    "certified": "CE certified 13-inch ultrabook, 980g, 16GB RAM.",
+}
+# The seam: pytest-geo's `pytest_geo_make_client` hook, from a conftest in the test project.
+REWRITER_CONFTEST = f'''
+import json
+from pytest_geo.llm.base import ChatResponse
+from pytest_geo.llm.mock import MockClient
+
+REWRITES = {REWRITES!r}
+
+class Rewriter(MockClient):
+    """The mock ranker; a rewriter that answers the row's canned rewrite."""
+    async def complete(self, request):
+        if request.role == "rewriter":
+            qid = request.messages[1]["content"].split("QID=")[1].split()[0]
+            return ChatResponse(json.dumps({{"rewritten_description": REWRITES[qid]}}))
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return Rewriter()
+'''
+
+
+@pytest.fixture
+def rewriter_project(pytester: pytest.Pytester) -> pytest.Pytester:
+    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    user = pytester.path / "prompts" / "rewriter_user.txt"
+    user.write_text("QID={{query_id}}\n" + user.read_text())
+    pytester.makeconftest(REWRITER_CONFTEST)
+    pytester.makefile(".jsonl", rows="\n".join(json.dumps({**ROW, "query_id": q}) for q in REWRITES) + "\n")
+    return pytester
+
+
+def test_violations_go_to_feedback_report_and_summary(rewriter_project: pytest.Pytester) -> None:
+    result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["new facts: fact_violation_rate=0.7500 (3 of 4 rewrites add facts not in the original)"])
+    report = json.loads((rewriter_project.path / "report.json").read_text())
+    rows = {r["query_id"]: r for r in report["rows"]}
+    assert {q: r["fact_violations"] for q, r in rows.items()} == {
+        "honest": [], "specs": ["0.9 kg", "32GB"], "price": ["$99"], "certified": ["CE", "certified"],
+    }
+    assert rows["specs"]["feedback"] == "rank 2 -> 2; new facts: 0.9 kg, 32GB"
+    assert rows["honest"]["feedback"] == "rank 2 -> 2"
+    assert report["geo"]["fact_violation_rate"] == 0.75
+
+
+@pytest.mark.parametrize("how", [["--geo-strict-facts"], ["-o", "geo_strict_facts=true"]])
+def test_strict_facts_scores_zero_and_fails_the_item(rewriter_project: pytest.Pytester, how: list[str]) -> None:
+    result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json", *how)
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines([
+        "rows.jsonl:2: error: new facts not in the original: 0.9 kg, 32GB (--geo-strict-facts)",
+        "rows.jsonl:3: error: new facts not in the original: $99 (--geo-strict-facts)",
+    ])
+    result.stdout.no_fnmatch_line("*Traceback*")
+    report = json.loads((rewriter_project.path / "report.json").read_text())
+    assert [r["score"] for r in report["rows"]] == [0.0, 0.0, 0.0, 0.0]
+    assert report["rows"][1]["fact_violations"] == ["0.9 kg", "32GB"]
+
+
+def test_mock_smoke_rewrites_add_no_facts(pytester: pytest.Pytester) -> None:
+    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    shutil.copy(REPO / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
+    result = pytester.runpytest("smoke.jsonl", "--geo-mock", "--geo-strict-facts")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["new facts: fact_violation_rate=0.0000 (0 of 8 rewrites*"])
