@@ -20,7 +20,7 @@ import stat
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TextIO
 
@@ -310,11 +310,9 @@ class _Search:
         context = {"current_prompt": current, "seed": self.seed, "proposal": number, "feedback": feedback}
         self._phase("reflection")
         try:
-            new = self.runner.run(
-                self.reflection.ask(
-                    render(self.reflection.system, fields), render(self.reflection.user, fields), context, parse
-                )
-            )
+            system, user = render(self.reflection.system, fields), render(self.reflection.user, fields)
+            # submit, not run: a pending submission is cancelled when the session closes
+            new = self.runner.submit(lambda: self.reflection.ask(system, user, context, parse)).result()
         except Exception as exc:  # noqa: BLE001 - an unusable proposal ends this step only
             self.say(f"proposal {number}: no usable template: {' '.join(str(exc).split())}")
             return None
@@ -356,7 +354,7 @@ def search(
     max_metric_calls: int | None = None,
     seed: int = 0,
     counter: CallCounter | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> SearchResult:
     """Search with GEPA; the seed template is candidate 0, so the best is never worse
     than it on validation. Stops after `iters` proposals or before an evaluation that
@@ -368,13 +366,9 @@ def search(
         raise OptimizeError("optimize-prompts needs the gepa package: pip install 'pytest-geo[optimize]'") from None
     if not train or not val:
         raise OptimizeError("optimize-prompts needs at least one training and one validation row")
-    if max_metric_calls is not None and max_metric_calls < len(val):
-        raise OptimizeError(
-            f"--max-metric-calls {max_metric_calls} is below the {len(val)} validation rows "
-            "that scoring the current prompt needs"
-        )
+    check_budget(max_metric_calls, len(val))
     task.check(seed_template)
-    state = _Search(task, reflection, runner, max_metric_calls, seed, counter, out)
+    state = _Search(task, reflection, runner, max_metric_calls, seed, counter, out or sys.stdout)
     stopped = "iterations"
     try:
         gepa.optimize(
@@ -410,6 +404,14 @@ def search(
         stopped=stopped,
         rescore=state.score_all,
     )
+
+
+def check_budget(max_metric_calls: int | None, n_val: int) -> None:
+    if max_metric_calls is not None and max_metric_calls < n_val:
+        raise OptimizeError(
+            f"--max-metric-calls {max_metric_calls} is below the {n_val} validation rows "
+            "that scoring the current prompt needs"
+        )
 
 
 class _Quiet:
@@ -513,18 +515,19 @@ class OptimizeOptions:
     iters: int = 3
     max_metric_calls: int | None = None
     apply: bool = False
-    out: TextIO = field(default=sys.stdout)
+    out: TextIO | None = None  # default: sys.stdout at call time
 
 
 def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
     """The `egeo optimize-prompts` command; returns the exit status."""
-    out = options.out
+    out = options.out or sys.stdout
     prompts_dir = Path(settings.prompts_dir)
     working = prompts_dir / "rewriter_user.txt"
     candidate_path = prompts_dir / "rewriter_user.candidate.txt"
     scores_path = prompts_dir / "rewriter_user.optimized_scores.json"
     train = load_examples(options.train, "train", settings.seed)
     val = load_examples(options.val, "validation", settings.seed)
+    check_budget(options.max_metric_calls, len(val))
     counter = CallCounter(client or build_client(settings))
     geo = GeoSession(settings, client=counter)
     try:
@@ -613,9 +616,9 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
 
     stop_text = {
         "iterations": f"{options.iters} iterations done",
-        "max_metric_calls": f"metric-call budget {options.max_metric_calls} reached",
+        "max_metric_calls": f"at the metric-call budget of {options.max_metric_calls}",
     }[result.stopped]
-    print(f"stopped: {stop_text} ({result.metric_calls} metric calls)", file=out)
+    print(f"stopped: {stop_text} ({result.metric_calls} metric calls used)", file=out)
     print(
         f"best: candidate {best.index}; validation {describe(best.summary)} "
         f"(current prompt: {describe(baseline.summary)})",
