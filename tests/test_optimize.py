@@ -142,7 +142,7 @@ def test_a_proposal_that_breaks_the_placeholders_is_rejected_and_never_written(p
     assert not any(bad.encode() in content for content in files(project.prompts).values())
     scores = json.loads(project.scores.read_text())
     assert scores["proposals_rejected"] == client.count("optimizer") == 6  # 2 proposals, each asked 3 times
-    assert f"rejected: rewriter_user.txt: " in out and problem in out
+    assert "rejected: rewriter_user.txt: " in out and problem in out
 
 
 def test_the_same_seed_proposes_the_same_candidate(tmp_path, monkeypatch):
