@@ -23,10 +23,10 @@ def _positive(text: str) -> int:
     return value
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
     parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
     parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"seed for missing target_ids (default: {DEFAULT_SEED})")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"{seed_help} (default: {DEFAULT_SEED})")
     parser.add_argument("--concurrency", type=_positive, default=16, metavar="N", help="most model requests in flight (default: 16)")
     parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
 
@@ -41,6 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
     evaluate.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
     _common(evaluate)
+    optimize = commands.add_parser(
+        "optimize-prompts",
+        help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt)",
+    )
+    optimize.add_argument("--train", type=Path, required=True, metavar="PATH", help="GEO JSONL rows that drive the proposals")
+    optimize.add_argument("--val", type=Path, required=True, metavar="PATH", help="GEO JSONL rows that choose the best candidate")
+    optimize.add_argument("--iters", type=_positive, default=3, metavar="N", help="proposals to try (default: 3)")
+    optimize.add_argument("--max-metric-calls", type=_positive, default=None, metavar="N",
+                          help="most row evaluations (one candidate on one row) in the search")
+    optimize.add_argument("--apply", action="store_true", help="also replace rewriter_user.txt with the best candidate")
+    optimize.add_argument("--optimizer-model", default=None, metavar="M", help="meta-optimizer model (env: META_MODEL)")
+    optimize.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
+    optimize.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
+    _common(optimize, seed_help="seed for the search and for missing target_ids")
     return parser
 
 
@@ -48,7 +62,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     settings = Settings(mock=args.mock or mock_from_env(), seed=args.seed, prompts_dir=args.prompts)
     settings.concurrency = args.concurrency
     settings.base_url = args.base_url
-    for role in ("ranker", "rewriter"):
+    for role in ("ranker", "rewriter", "optimizer"):
         model = getattr(args, f"{role}_model", None)
         if model:
             settings.models[role] = model
@@ -79,12 +93,23 @@ def evaluate(args: argparse.Namespace) -> int:
     return 1 if problems or any(o.error is not None for o in outcomes) else 0
 
 
+def optimize_prompts(args: argparse.Namespace) -> int:
+    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+
+    options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply)
+    return optimize_prompts(_settings(args), options)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_geo.optimize import OptimizeError
+
     args = build_parser().parse_args(argv)
     try:
         if args.command == "evaluate":
             return evaluate(args)
-    except (DatasetError, PromptError, ClientSetupError) as exc:
+        if args.command == "optimize-prompts":
+            return optimize_prompts(args)
+    except (DatasetError, PromptError, ClientSetupError, OptimizeError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from typing import Any, Mapping
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse
@@ -40,12 +41,30 @@ def rewrite(context: Mapping[str, Any]) -> str:
     return description if description.startswith(SIGNAL) else f"{SIGNAL} {description}"
 
 
+# What the mock optimizer may add to a template, one instruction per proposal.
+INSTRUCTIONS = (
+    "Lead with the single fact from the original description that best answers the query.",
+    "Reuse the shopper's own words from the query where the original facts allow it.",
+    "Put measurable facts (sizes, weights, capacities) before adjectives.",
+    "Leave out facts that do not bear on the query instead of padding.",
+    "Write at most two short sentences, no lists.",
+    "Name the kind of product the query asks for in the first sentence.",
+)
+
+
 def propose(context: Mapping[str, Any]) -> dict[str, str]:
-    """A deterministic 'reflection': the current prompt plus one more instruction."""
+    """A deterministic 'reflection': the current prompt plus one instruction it lacks.
+
+    Which one depends on the run's seed and the proposal number in the context, so
+    different seeds and iterations propose different templates, and a repeated run
+    proposes the same ones."""
     current = str(context.get("current_prompt", ""))
-    addition = "Lead with the single fact from the original description that best answers the query."
-    new_prompt = current if addition in current else f"{current.rstrip()}\n{addition}\n"
-    return {"new_prompt": new_prompt, "rationale": "mock: state the most relevant fact first"}
+    salt = f"{context.get('seed', '')}\x1f{context.get('proposal', '')}"
+    order = sorted(INSTRUCTIONS, key=lambda s: zlib.crc32(f"{salt}\x1f{s}".encode()))
+    addition = next((s for s in order if s not in current), None)
+    if addition is None:
+        return {"new_prompt": current, "rationale": "mock: nothing left to add"}
+    return {"new_prompt": f"{current.rstrip()}\n{addition}\n", "rationale": f"mock: {addition}"}
 
 
 def _tokens(text: str) -> int:
