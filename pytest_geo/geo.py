@@ -101,7 +101,7 @@ class GeoEngine:
         self.reasks = reasks
         self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
 
-    async def _ask(
+    async def ask(
         self,
         role: str,
         system: str,
@@ -129,7 +129,7 @@ class GeoEngine:
         """1-based rank of the row's target among `candidates`."""
         values = candidate_values(row.query, row.query_id, candidates)
         ids = [c.id for c in candidates]
-        ordered = await self._ask(
+        ordered = await self.ask(
             "ranker",
             render(self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
@@ -149,7 +149,7 @@ class GeoEngine:
             "title": target.title,
             "description": target.description,
         }
-        return await self._ask(
+        return await self.ask(
             "rewriter",
             render(prompts.rewriter_system, values),
             render(prompts.rewriter_user, values),

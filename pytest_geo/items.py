@@ -11,9 +11,10 @@ import pytest
 
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset, row_names
 from pytest_geo.geo import GeoOutcome
+from pytest_geo.procedures import running_with
 from pytest_geo.scoring import MetricReturnError, Score, normalize, shorten_repr
 from pytest_geo.suite_files import SuiteFileError, load_suite_file
-from pytest_geo.suites import GEO_METRIC, Metric, Suite, SuiteError, load_rows, score_row
+from pytest_geo.suites import GEO_METRIC, Metric, Suite, SuiteError, load_rows, score_row, suites_in
 
 
 class GeoRowFailure(Exception):
@@ -121,10 +122,6 @@ class ConftestSuites(pytest.File):
             yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)
 
 
-def suites_in(module: Any) -> list[Suite]:
-    return [obj for obj in vars(module).values() if isinstance(obj, Suite)] if module is not None else []
-
-
 class _GeoItem(pytest.Item):
     line: int
     geo_record: dict[str, Any] | None = None
@@ -200,8 +197,11 @@ class SuiteItem(_GeoItem):
             raise GeoRowFailure(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
 
     def _score(self) -> Score:
+        from pytest_geo.plugin import geo_session_of
+
         try:
-            returned = score_row(self.metric, self.value, self.expected)
+            with running_with(lambda: geo_session_of(self.config)):
+                returned = score_row(self.metric, self.value, self.expected)
             if inspect.isawaitable(returned):
                 returned = asyncio.run(_await(returned))
             return normalize(returned)

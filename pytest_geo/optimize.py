@@ -510,83 +510,122 @@ def write_atomic(path: Path, text: str) -> None:
 
 @dataclass
 class OptimizeOptions:
-    train: Path
-    val: Path
+    train: Path | None = None
+    val: Path | None = None
     iters: int = 3
     max_metric_calls: int | None = None
     apply: bool = False
     out: TextIO | None = None  # default: sys.stdout at call time
+    suites: Path | None = None  # optimize the prompt procedures of a suites file instead
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where one search writes: the candidate, its scores, and (with --apply) the
+    working template; `working` is None for a template written inline in code."""
+
+    working: Path | None
+    candidate: Path
+    scores: Path
+
+
+def _reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
+    prompts = engine.prompts
+    for name in ("meta_optimizer_system", "meta_optimizer_user"):
+        if getattr(prompts, name) is None:
+            raise OptimizeError(f"{prompts_dir / (name + '.txt')}: prompt file not found (optimize-prompts needs it)")
+
+    def ask(system: str, user: str, context: Mapping[str, Any], parse: Callable[[str], str]) -> Awaitable[str]:
+        return engine.ask("optimizer", system, user, context, parse)
+
+    return Reflection(
+        system=prompts.meta_optimizer_system or "",
+        user=prompts.meta_optimizer_user or "",
+        required=tuple(required),
+        optional=tuple(optional),
+        ask=ask,
+    )
 
 
 def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
     """The `egeo optimize-prompts` command; returns the exit status."""
-    out = options.out or sys.stdout
+    if options.suites is not None:
+        return optimize_suite_prompts(settings, options, client)
+    assert options.train is not None and options.val is not None
     prompts_dir = Path(settings.prompts_dir)
-    working = prompts_dir / "rewriter_user.txt"
-    candidate_path = prompts_dir / "rewriter_user.candidate.txt"
-    scores_path = prompts_dir / "rewriter_user.optimized_scores.json"
+    outputs = Outputs(
+        prompts_dir / "rewriter_user.txt",
+        prompts_dir / "rewriter_user.candidate.txt",
+        prompts_dir / "rewriter_user.optimized_scores.json",
+    )
     train = load_examples(options.train, "train", settings.seed)
     val = load_examples(options.val, "validation", settings.seed)
     check_budget(options.max_metric_calls, len(val))
     counter = CallCounter(client or build_client(settings))
     geo = GeoSession(settings, client=counter)
     try:
-        prompts = geo.prompts
-        for name in ("meta_optimizer_system", "meta_optimizer_user"):
-            if getattr(prompts, name) is None:
-                raise OptimizeError(f"{prompts_dir / (name + '.txt')}: prompt file not found (optimize-prompts needs it)")
-        original = working.read_bytes()
-        engine = geo.engine
-
-        def ask(system: str, user: str, context: Mapping[str, Any], parse: Callable[[str], str]) -> Awaitable[str]:
-            return engine._ask("optimizer", system, user, context, parse)
-
         required = tuple(sorted(TEMPLATES["rewriter_user.txt"][1]))
-        reflection = Reflection(
-            system=prompts.meta_optimizer_system or "",
-            user=prompts.meta_optimizer_user or "",
-            required=required,
-            optional=tuple(sorted(REWRITER_VARS - set(required))),
-            ask=ask,
+        reflection = _reflection(geo.engine, prompts_dir, required, sorted(REWRITER_VARS - set(required)))
+        return search_and_write(
+            GeoRewriterTask(geo.engine), geo.prompts.rewriter_user, train, val, reflection, geo, counter,
+            options, outputs, {"train": str(options.train), "val": str(options.val)},
         )
-        budget = "none" if options.max_metric_calls is None else str(options.max_metric_calls)
-        print(
-            f"optimize-prompts: {len(train)} training rows ({options.train}), {len(val)} validation rows "
-            f"({options.val}), seed {settings.seed}, iters {options.iters}, max metric calls {budget}",
-            file=out,
-            flush=True,
-        )
-        task = GeoRewriterTask(engine)
-        result = search(
-            task,
-            prompts.rewriter_user,
-            train,
-            val,
-            reflection,
-            geo.runner,
-            iters=options.iters,
-            max_metric_calls=options.max_metric_calls,
-            seed=settings.seed,
-            counter=counter,
-            out=out,
-        )
-        search_calls = counter.total
-        final = result.rescore(result.best.template, train, phase="final training score")
-        train_summary = task.summary([s.value for s in final])
     finally:
         geo.close()
+
+
+def search_and_write(
+    task: PromptTask,
+    current: str,
+    train: Sequence[Example],
+    val: Sequence[Example],
+    reflection: Reflection,
+    geo: GeoSession,
+    counter: CallCounter,
+    options: OptimizeOptions,
+    outputs: Outputs,
+    sources: Mapping[str, str],
+) -> int:
+    """Search, then write the candidate and its scores (and with --apply the working
+    template): nothing is written before the search is over."""
+    out = options.out or sys.stdout
+    settings = geo.settings
+    original = outputs.working.read_bytes() if outputs.working is not None else None
+    budget = "none" if options.max_metric_calls is None else str(options.max_metric_calls)
+    print(
+        f"optimize-prompts: {task.component}: {len(train)} training rows ({sources['train']}), {len(val)} "
+        f"validation rows ({sources['val']}), seed {settings.seed}, iters {options.iters}, max metric calls {budget}",
+        file=out,
+        flush=True,
+    )
+    result = search(
+        task,
+        current,
+        train,
+        val,
+        reflection,
+        geo.runner,
+        iters=options.iters,
+        max_metric_calls=options.max_metric_calls,
+        seed=settings.seed,
+        counter=counter,
+        out=out,
+    )
+    search_calls = counter.total
+    final = result.rescore(result.best.template, train, phase="final training score")
+    train_summary = task.summary([s.value for s in final])
 
     best, baseline = result.best, result.baseline
     task.check(best.template)  # the guard once more, right before anything is written
     k, m = len(result.candidates), len(val)
     scores = {
+        "component": task.component,
         "seed": settings.seed,
-        "train": str(options.train),
-        "val": str(options.val),
+        **sources,
         "baseline_validation": baseline.summary,
         "best_validation": best.summary,
         "best_candidate": best.index,
-        "best_is_current_prompt": best.template == prompts.rewriter_user,
+        "best_is_current_prompt": best.template == current,
         "post_optimization_train": train_summary,
         "candidates_tried": result.templates_tried,
         "candidates_validated": k,
@@ -603,16 +642,20 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
         "validation_call_bound": m + 2 * k * m,
         "applied": False,
     }
-    write_atomic(candidate_path, best.template)
+    write_atomic(outputs.candidate, best.template)
+    working = outputs.working
     applied = False
-    if options.apply and best.template != prompts.rewriter_user:
-        if working.read_bytes() != original:
+    if options.apply and best.template != current:
+        if working is None:
+            print(f"egeo: warning: {task.component}: the template is written inline; copy the candidate by hand",
+                  file=sys.stderr)
+        elif working.read_bytes() != original:
             print(f"egeo: warning: {working} changed during the run; not applied", file=sys.stderr)
         else:
             write_atomic(working, best.template)
             applied = True
     scores["applied"] = applied
-    write_atomic(scores_path, json.dumps(scores, indent=2, sort_keys=False) + "\n")
+    write_atomic(outputs.scores, json.dumps(scores, indent=2, sort_keys=False) + "\n")
 
     stop_text = {
         "iterations": f"{options.iters} iterations done",
@@ -636,8 +679,9 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
         file=out,
     )
     if applied:
-        print(f"applied: {working} replaced (candidate in {candidate_path}, scores in {scores_path})", file=out)
+        print(f"applied: {working} replaced (candidate in {outputs.candidate}, scores in {outputs.scores})", file=out)
     else:
-        print(f"wrote {candidate_path} and {scores_path}; {working} unchanged", file=out)
+        unchanged = f"; {working} unchanged" if working is not None else ""
+        print(f"wrote {outputs.candidate} and {outputs.scores}{unchanged}", file=out)
     out.flush()
     return 0

@@ -15,14 +15,13 @@ from pytest_geo.items import (
     GeoRowItem,
     SuiteCollector,
     SuiteFile,
-    suites_in,
 )
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
 from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
 from pytest_geo.session import GeoSession
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
-from pytest_geo.suites import SPLITS, Suite
+from pytest_geo.suites import SPLITS, Suite, suites_in
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION = pytest.StashKey["GeoSession | None"]()

@@ -235,4 +235,9 @@ def _read_pairs(path: Path) -> list[Row]:
     return rows
 
 
+def suites_in(module: Any) -> list[Suite]:
+    """The suites a module (a test module, a conftest.py, a suites file) declares."""
+    return [obj for obj in vars(module).values() if isinstance(obj, Suite)] if module is not None else []
+
+
 __all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_rows", "score_row", "suite"]

@@ -76,6 +76,10 @@ class MockClient:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         context = request.context
+        if request.role == "procedure":  # a prompt procedure: the mock echoes its input
+            text = str(context.get("input", ""))
+            prompt = sum(_tokens(m.get("content", "")) for m in request.messages)
+            return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=_tokens(text))
         if request.role == "ranker":
             answer: dict[str, Any] = {"ordered_ids": ranker_order(context)}
         elif request.role == "rewriter":
