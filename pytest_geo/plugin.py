@@ -13,6 +13,7 @@ from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
 from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
 from pytest_geo.session import GeoSession
+from pytest_geo.llm.usage import merge_usage, usage_lines
 from pytest_geo.settings import DEFAULT_SEED, ROLES, Settings, default_model, env_flag, MOCK_ENV
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -107,6 +108,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("geo_concurrency", "most model requests in flight at once", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
 
+    group.addoption("--geo-cache-dir", metavar="DIR", default=None,
+                    help="directory of the model-answer cache (ini: geo_cache_dir; "
+                         "default: the pytest cache, <rootdir>/.pytest_cache/d/geo).")
+    group.addoption("--geo-no-cache", action="store_true", default=False,
+                    help="neither read nor write the model-answer cache.")
+    parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
+
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
     """The command line wins, then the ini file; ini values are validated like flags."""
@@ -168,6 +176,8 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -182,6 +192,7 @@ def geo_session_of(config: pytest.Config) -> GeoSession:
 
 
 def _start(config: pytest.Config) -> GeoSession:
+    _set_cache_location(config, settings_of(config))
     try:
         return GeoSession(settings_of(config))
     except (PromptError, ClientSetupError) as exc:
@@ -262,6 +273,9 @@ class GeoCollector:
         geo = self.config.stash.get(SESSION, None)
         if geo is not None:
             geo.close()
+            merge_usage(self.results.usage, geo.usage.usage)  # the loop has stopped: safe to read
+        if _is_xdist_worker(self.config):
+            self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
         path = self.config.getoption("geo_report")
         if path and not _is_xdist_worker(self.config):
             write_json_atomic(Path(path), build_report(self.results))
@@ -272,6 +286,10 @@ class GeoCollector:
         terminalreporter.write_sep("=", "GEO evaluation")
         for line in terminal_lines(self.results):
             terminalreporter.write_line(line)
+        if self.results.usage:
+            terminalreporter.write_line("model usage:")
+            for line in usage_lines(self.results.usage):
+                terminalreporter.write_line(f"  {line}")
         path = self.config.getoption("geo_report")
         if path:
             terminalreporter.write_line(f"GEO report written to {path}")
@@ -279,3 +297,34 @@ class GeoCollector:
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+class GeoXdistHooks:
+    """Only registered with xdist: workers' model usage reaches the controller."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.results = config.stash[RESULTS]
+
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        usage = getattr(node, "workeroutput", {}).get("geo_usage")
+        if isinstance(usage, dict):
+            merge_usage(self.results.usage, usage)
+
+
+def _set_cache_location(config: pytest.Config, settings: Settings) -> None:
+    """--geo-no-cache, else --geo-cache-dir, else ini geo_cache_dir, else the pytest cache
+    (created only now, when a model is about to be used). With the cacheprovider disabled
+    (-p no:cacheprovider) the same place is used: <rootdir>/.pytest_cache/d/geo."""
+    if config.getoption("geo_no_cache"):
+        settings.use_cache = False
+        return
+    named = config.getoption("geo_cache_dir")
+    ini = str(config.getini("geo_cache_dir")).strip()
+    if named:
+        settings.cache_dir = (config.invocation_params.dir / named).resolve()
+    elif ini:
+        settings.cache_dir = (config.rootpath / ini).resolve()
+    elif getattr(config, "cache", None) is not None:
+        settings.cache_dir = config.cache.mkdir("geo")
+    else:
+        settings.cache_dir = config.rootpath / ".pytest_cache" / "d" / "geo"

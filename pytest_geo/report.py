@@ -21,6 +21,7 @@ class Results:
 
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     problems: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
 
     def add(self, record: dict[str, Any]) -> None:
         if record.get("kind") == "problem":
@@ -65,6 +66,7 @@ def build_report(results: Results) -> dict[str, Any]:
         },
         "rows": sorted(rows, key=lambda r: (r["dataset"], r["line"])),
         "problems": sorted(results.problems, key=lambda r: (r["dataset"], r["line"])),
+        "usage": results.usage,
     }
 
 
