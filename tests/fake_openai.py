@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("429", "500", "drop", "slow", "malformed", "bad_ranking")
+FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 
@@ -143,6 +143,10 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(server.slow_seconds)
             if fault == "429":
                 self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0.1"})
+                return
+            if fault == "401":  # like OpenAI: the error echoes the key it was given
+                given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                self._send(401, {"error": {"message": f"Incorrect API key provided: {given}.", "type": "auth"}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
