@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
+FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 
@@ -133,6 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
         server._enter(body, {k.lower(): v for k, v in self.headers.items()})
         try:
             fault = server._next_fault()
+            fault = None if fault == "ok" else fault
             if server.latency:
                 time.sleep(server.latency)
             if fault == "drop":
