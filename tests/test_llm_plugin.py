@@ -104,7 +104,7 @@ def test_exitfirst_cancels_outstanding_work(geo_project: GeoProject) -> None:
     geo_project.server.always = "bad_ranking"
     result = geo_project.run(str(geo_project.dataset(40)), "-x", "--geo-concurrency", "2")
     result.assert_outcomes(failed=1)
-    assert len(geo_project.server.requests) < 20  # 40 rows would make 40 * 7
+    assert len(geo_project.server.requests) < 20, len(geo_project.server.requests)  # 40 rows would make 40 * 7
 
 
 def test_deselected_rows_make_no_calls(geo_project: GeoProject) -> None:
