@@ -20,6 +20,7 @@ from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
 from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
 from pytest_geo.session import GeoSession
+from pytest_geo.llm.usage import merge_usage, usage_lines
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
 from pytest_geo.suites import SPLITS, Suite, suites_in
 
@@ -140,6 +141,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
 
+    group.addoption("--geo-cache-dir", metavar="DIR", default=None,
+                    help="directory of the model-answer cache (ini: geo_cache_dir; "
+                         "default: the pytest cache, <rootdir>/.pytest_cache/d/geo).")
+    group.addoption("--geo-no-cache", action="store_true", default=False,
+                    help="neither read nor write the model-answer cache.")
+    parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
+
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
     """The command line wins, then the ini file; ini values are validated like flags."""
@@ -206,6 +214,8 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -221,6 +231,7 @@ def geo_session_of(config: pytest.Config) -> GeoSession:
 
 def _start(config: pytest.Config) -> GeoSession:
     settings = settings_of(config)
+    _set_cache_location(config, settings)
     try:
         return GeoSession(settings, config.hook.pytest_geo_make_client(config=config, settings=settings))
     except (PromptError, ClientSetupError) as exc:
@@ -312,7 +323,9 @@ class GeoCollector:
         geo = self.config.stash.get(SESSION, None)
         if geo is not None:
             geo.close()
+            merge_usage(self.results.usage, geo.usage.usage)  # the loop has stopped: safe to read
         if _is_xdist_worker(self.config):
+            self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return
         path = self.config.getoption("geo_report")
         if path:
@@ -330,9 +343,44 @@ class GeoCollector:
         path = self.config.getoption("geo_report")
         if path:
             terminalreporter.write_line(f"report written to {path}")
+        if self.results.usage:
+            terminalreporter.write_line("model usage:")
+            for line in usage_lines(self.results.usage):
+                terminalreporter.write_line(f"  {line}")
         for line in terminal_lines(self.results, show_split=settings_of(self.config).split == "all"):
             terminalreporter.write_line(line)
 
 
 def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
+
+
+class GeoXdistHooks:
+    """Only registered with xdist: workers' model usage reaches the controller."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.results = config.stash[RESULTS]
+
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        usage = getattr(node, "workeroutput", {}).get("geo_usage")
+        if isinstance(usage, dict):
+            merge_usage(self.results.usage, usage)
+
+
+def _set_cache_location(config: pytest.Config, settings: Settings) -> None:
+    """--geo-no-cache, else --geo-cache-dir, else ini geo_cache_dir, else the pytest cache
+    (created only now, when a model is about to be used). With the cacheprovider disabled
+    (-p no:cacheprovider) the same place is used: <rootdir>/.pytest_cache/d/geo."""
+    if config.getoption("geo_no_cache"):
+        settings.use_cache = False
+        return
+    named = config.getoption("geo_cache_dir")
+    ini = str(config.getini("geo_cache_dir")).strip()
+    if named:
+        settings.cache_dir = (config.invocation_params.dir / named).resolve()
+    elif ini:
+        settings.cache_dir = (config.rootpath / ini).resolve()
+    elif getattr(config, "cache", None) is not None:
+        settings.cache_dir = config.cache.mkdir("geo")
+    else:
+        settings.cache_dir = config.rootpath / ".pytest_cache" / "d" / "geo"

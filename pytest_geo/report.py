@@ -71,6 +71,7 @@ class Results:
 
     records: list[dict[str, Any]] = field(default_factory=list)
     min_scores: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -147,6 +148,7 @@ def build_report(results: Results) -> dict[str, Any]:
         },
         "rows": sorted((r for r in results.records if r["kind"] in SCORED), key=_order),
         "problems": sorted(results.problems, key=_order),
+        "usage": results.usage,
     }
 
 

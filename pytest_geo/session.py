@@ -9,7 +9,8 @@ from typing import Iterable
 from pytest_geo.data import GeoRow
 from pytest_geo.geo import GeoEngine, GeoOutcome
 from pytest_geo.llm.base import ChatClient
-from pytest_geo.llm.factory import build_client
+from pytest_geo.llm.factory import build_client, with_cache
+from pytest_geo.llm.usage import UsageClient
 from pytest_geo.prompts import PromptSet, load_prompts
 from pytest_geo.runner import BoundedClient, Runner
 from pytest_geo.settings import Settings
@@ -21,7 +22,10 @@ class GeoSession:
     def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
         self.settings = settings
         self.prompts: PromptSet = load_prompts(settings.prompts_dir)
-        self.client: ChatClient = BoundedClient(client or build_client(settings), settings.concurrency)
+        backend = client or build_client(settings)
+        # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
+        self.usage = UsageClient(with_cache(BoundedClient(backend, settings.concurrency), backend, settings))
+        self.client: ChatClient = self.usage
         self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
         self.runner = Runner(settings.concurrency)
         self._futures: dict[str, concurrent.futures.Future[GeoOutcome]] = {}

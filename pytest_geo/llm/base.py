@@ -34,7 +34,11 @@ class ChatResponse:
 
 
 class ModelError(Exception):
-    """A model call failed for good (after the backend's own retries)."""
+    """A model call failed for good (after the backend's own retries, counted in `retries`)."""
+
+    def __init__(self, message: str, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
 
 
 class ChatClient(Protocol):

@@ -33,3 +33,15 @@ def build_client(settings: Settings) -> ChatClient:
         timeout=settings.timeout,
         max_retries=settings.max_retries,
     )
+
+
+def with_cache(client: ChatClient, backend: object, settings: Settings) -> ChatClient:
+    """Put the response cache in front of `client` when the run wants one and the
+    backend names the server it talks to (`base_url`, part of every key). The mock has
+    none and is not cached: its answers cost nothing and are already deterministic."""
+    namespace = getattr(backend, "base_url", None)
+    if not settings.use_cache or settings.cache_dir is None or not isinstance(namespace, str):
+        return client
+    from pytest_geo.llm.cache import CachedClient
+
+    return CachedClient(client, settings.cache_dir, namespace)

@@ -1,12 +1,38 @@
-"""Chat completions through the real `openai` SDK, against any OpenAI-compatible server."""
+"""Chat completions through the real `openai` SDK, against any OpenAI-compatible server.
+
+Retries are the SDK's own (``max_retries``): it retries 408/409/429/5xx, timeouts and
+dropped connections with exponential backoff and jitter and honours ``Retry-After``.
+We only count them: the SDK stamps every attempt with an ``x-stainless-retry-count``
+header, which an httpx request hook reads into a per-call context variable.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import re
 from typing import Any
 
 import openai
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+RETRY_HEADER = "x-stainless-retry-count"
+MAX_DETAIL = 120
+KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
+
+# Attempts seen by the HTTP layer for the call running in this task (each task that
+# awaits `complete` gets its own value; calls within one task are sequential).
+_attempts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("geo_attempts", default=None)
+
+
+async def _count_attempt(request: Any) -> None:
+    attempts = _attempts.get()
+    if attempts is not None:
+        try:
+            attempts.append(int(request.headers.get(RETRY_HEADER, "0")))
+        except ValueError:
+            attempts.append(len(attempts))
 
 
 class OpenAIChatClient:
@@ -17,9 +43,18 @@ class OpenAIChatClient:
         timeout: float = 60.0,
         max_retries: int = 4,
     ) -> None:
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._secret = api_key
+        http = openai.DefaultAsyncHttpxClient(event_hooks={"request": [_count_attempt]})
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
+        )
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
+        attempts: list[int] = []
+        token = _attempts.set(attempts)
         try:
             completion: Any = await self._client.chat.completions.create(
                 model=request.model,
@@ -27,14 +62,45 @@ class OpenAIChatClient:
                 temperature=request.temperature,
             )
         except openai.APIError as exc:
-            raise ModelError(f"{request.role} model call failed: {type(exc).__name__}: {exc}") from None
-        text = completion.choices[0].message.content or "" if completion.choices else ""
-        usage = completion.usage
+            retries = max(attempts, default=0)
+            message = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
+            raise ModelError(message, retries=retries) from None
+        finally:
+            _attempts.reset(token)
+        choices = getattr(completion, "choices", None) or []
+        message = getattr(choices[0], "message", None) if choices else None
+        usage = getattr(completion, "usage", None)
         return ChatResponse(
-            text=text,
+            text=getattr(message, "content", None) or "",
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            retries=max(attempts, default=0),
         )
+
+    def _cause(self, exc: openai.APIError) -> str:
+        """One line naming what went wrong, with the key (and anything key-like) removed."""
+        if isinstance(exc, openai.APITimeoutError):
+            return f"timed out after {self.timeout:g}s"
+        if isinstance(exc, openai.APIConnectionError):
+            return f"connection error ({self._scrub(str(exc.__cause__ or exc) or type(exc.__cause__).__name__)})"
+        if isinstance(exc, openai.APIStatusError):
+            detail = getattr(exc, "body", None)
+            if isinstance(detail, dict):
+                detail = detail.get("message", detail)
+            text = f"HTTP {exc.status_code}"
+            return f"{text} ({self._scrub(str(detail))})" if detail else text
+        return self._scrub(f"{type(exc).__name__}: {exc}")
+
+    def _scrub(self, text: str) -> str:
+        flat = " ".join(text.split())
+        if self._secret:
+            flat = flat.replace(self._secret, "[key]")
+        flat = KEY_LIKE.sub("[key]", flat)
+        return flat if len(flat) <= MAX_DETAIL else flat[: MAX_DETAIL - 3] + "..."
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _after(retries: int) -> str:
+    return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""

@@ -1,0 +1,92 @@
+"""Wall time of N rows against the fake OpenAI server (latency L per call) at concurrency
+C and sequentially, against the ideal ceil(N/C) * 2L (rank_before and the rewrite
+overlap, then rank_after).
+
+Runs the engine directly (`GeoSession.evaluate`, the code path the plugin uses), the real
+`openai` SDK, no cache. The server runs in its own process so it does not share the
+client's GIL. Note the bound is on requests in flight: each row makes 3 calls, so C
+requests at a time cannot beat 3N/C * L, i.e. 1.34x the ideal at the defaults.
+
+    python bench/bench_concurrency.py [--rows 400] [--latency 0.1] [--concurrency 64] [--sequential-rows 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_geo.data import GeoRow, iter_dataset
+from pytest_geo.session import GeoSession
+from pytest_geo.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def rows(n: int, directory: Path) -> list[GeoRow]:
+    path = directory / "bench.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(n):
+            handle.write(json.dumps({
+                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
+                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
+                               {"id": f"b{i}", "title": "Kettle", "description": "a kettle"},
+                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
+    return [r for r in iter_dataset(path, 0) if isinstance(r, GeoRow)]
+
+
+def run(url: str, batch: list[GeoRow], concurrency: int) -> float:
+    settings = Settings(prompts_dir=REPO / "prompts", base_url=url, concurrency=concurrency, use_cache=False)
+    session = GeoSession(settings)
+    try:
+        start = time.perf_counter()
+        outcomes = session.evaluate(batch)
+        elapsed = time.perf_counter() - start
+    finally:
+        session.close()
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        raise SystemExit(f"{len(errors)} rows failed, e.g. {errors[0]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=400)
+    parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--sequential-rows", type=int, default=40, help="rows for the C=1 run (scaled to --rows)")
+    args = parser.parse_args()
+    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
+    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(args.latency)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+        with tempfile.TemporaryDirectory() as tmp:
+            batch = rows(args.rows, Path(tmp))
+            n, c, latency = args.rows, args.concurrency, args.latency
+            run(url, batch[: min(8, n)], c)  # warm up imports and connections
+            concurrent = run(url, batch, c)
+            ideal = math.ceil(n / c) * 2 * latency
+            print(f"N={n} L={latency:g}s C={c}: wall {concurrent:.2f}s, ideal {ideal:.2f}s, "
+                  f"ratio {concurrent / ideal:.2f}x (request-bound floor {3 * n * latency / c / ideal:.2f}x)")
+            m = min(args.sequential_rows, n)
+            sequential = run(url, batch[:m], 1)
+            ideal_seq = m * 2 * latency
+            print(f"N={m} L={latency:g}s C=1: wall {sequential:.2f}s, ideal {ideal_seq:.2f}s, "
+                  f"ratio {sequential / ideal_seq:.2f}x; scaled to N={n}: {sequential * n / m:.1f}s")
+            print(f"speed-up at C={c}: {sequential * n / m / concurrent:.1f}x")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()

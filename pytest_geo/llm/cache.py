@@ -1,0 +1,110 @@
+"""An on-disk cache of model answers, as a wrapper around any client.
+
+Hand-written rather than `diskcache`: diskcache pickles values, so a cache directory
+shared between CI jobs would become a code-execution vector. Here each entry is one small
+JSON file named by the sha256 of the request, written to a temp file in the same
+directory and then renamed over the final name (`os.replace` is atomic on POSIX and
+Windows). Threads, xdist workers and a process killed mid-write can therefore never
+leave a torn entry under a final name; a temp file is never read, and an entry that
+cannot be read or parsed is treated as a miss and overwritten.
+
+The key covers the base URL, the model, the messages and the sampling parameters. It
+never includes the API key (answers do not depend on it, and keys must not reach disk)
+nor `ChatRequest.context` (the mock's input, not what a server sees). Errors are not
+cached: only answers that came back are written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
+
+CACHE_FORMAT = 1
+
+
+def cache_key(namespace: str, request: ChatRequest) -> str:
+    canonical = json.dumps(
+        {
+            "format": CACHE_FORMAT,
+            "base_url": namespace,
+            "model": request.model,
+            "messages": [dict(m) for m in request.messages],
+            "sampling": {"temperature": request.temperature},
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """The directory of entries: `<dir>/<key[:2]>/<key>.json`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> ChatResponse | None:
+        try:
+            entry: Any = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("text"), str):
+            return None
+        prompt, completion = entry.get("prompt_tokens", 0), entry.get("completion_tokens", 0)
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            return None
+        return ChatResponse(text=entry["text"], prompt_tokens=prompt, completion_tokens=completion, cached=True)
+
+    def put(self, key: str, response: ChatResponse, model: str) -> None:
+        """Best effort: a cache that cannot be written (read-only checkout, full disk)
+        only costs a repeated call next time."""
+        target = self.path(key)
+        entry = {"key": key, "model": model, "text": response.text,
+                 "prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=target.parent)
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
+            os.replace(tmp, target)
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+class CachedClient:
+    """Answers from the cache when it can, otherwise asks `inner` and stores the answer.
+
+    Sits outside the concurrency bound, so a cache hit never waits for a request slot."""
+
+    def __init__(self, inner: ChatClient, directory: Path, namespace: str) -> None:
+        self.inner = inner
+        self.cache = ResponseCache(directory)
+        self.namespace = namespace
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        key = cache_key(self.namespace, request)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        response = await self.inner.complete(request)
+        self.cache.put(key, response, request.model)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,198 @@
+"""A loopback server speaking the OpenAI chat-completions protocol, for tests and bench.
+
+It answers from the request itself (the candidates JSON in the ranker prompt, the
+description in the rewriter prompt) with the mock model's logic, so rows pass end to end.
+Latency and faults are injectable; it records every request and the most in flight.
+
+Run standalone (the benchmark does, to keep the server off the client's GIL):
+    python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pytest_geo.llm.mock import ranker_order, rewrite
+
+FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
+QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
+DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
+
+
+class FakeOpenAI(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, latency: float = 0.0, slow_seconds: float = 2.0) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.latency = latency
+        self.slow_seconds = slow_seconds
+        self.faults: deque[str] = deque()  # consumed one per request, in order
+        self.always: str | None = None  # applied to every request while set
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def start(self) -> "FakeOpenAI":
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.faults.clear()
+            self.always = None
+            self.max_in_flight = 0
+
+    def fail_next(self, *faults: str) -> None:
+        assert all(f in FAULTS for f in faults), faults
+        self.faults.extend(faults)
+
+    def _next_fault(self) -> str | None:
+        with self.lock:
+            if self.faults:
+                return self.faults.popleft()
+            return self.always
+
+    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self.lock:
+            self.requests.append({"body": body, "headers": headers})
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
+    """The content a sensible model would give, computed from the prompt text."""
+    messages = body.get("messages", [])
+    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+    user = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    if fault == "malformed":
+        return "Sorry, I cannot help with ranking today."
+    query_match = QUERY.search(user)
+    query = query_match.group(1) if query_match else ""
+    if "ordered_ids" in system:
+        ordered = ranker_order({"query": query, "candidates": _candidates(user)})
+        if fault == "bad_ranking":
+            ordered = ordered[1:] + ["zz-unknown"]
+        return "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+    description = DESCRIPTION.search(user)
+    return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
+
+
+def _candidates(text: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\[", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) and "id" in v for v in value):
+            return value
+    return []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (40 ms a call)
+    server: FakeOpenAI
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        server = self.server
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
+        try:
+            fault = server._next_fault()
+            fault = None if fault == "ok" else fault
+            if server.latency:
+                time.sleep(server.latency)
+            if fault == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if fault == "slow":
+                time.sleep(server.slow_seconds)
+            if fault == "429":
+                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0.1"})
+                return
+            if fault == "401":  # like OpenAI: the error echoes the key it was given
+                given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                self._send(401, {"error": {"message": f"Incorrect API key provided: {given}.", "type": "auth"}})
+                return
+            if fault == "500":
+                self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
+                           {"retry-after-ms": "20"})
+                return
+            content = answer_for(body, fault)
+            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+            self._send(200, {
+                "id": f"chatcmpl-{len(server.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "fake"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
+                          "total_tokens": prompt_tokens + len(content.split())},
+            })
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+        finally:
+            server._leave()
+
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--latency", type=float, default=0.1)
+    args = parser.parse_args()
+    server = FakeOpenAI(latency=args.latency)
+    print(server.server_address[1], flush=True)
+    try:
+        server.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The response cache: keys, atomic entries, torn and corrupt files, errors not cached."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
+
+MESSAGES = ({"role": "user", "content": "hello"},)
+
+
+class Counting:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.fail = fail
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        if self.fail:
+            raise ModelError("ranker model call failed: HTTP 500")
+        return ChatResponse(text=f"answer {self.calls}", prompt_tokens=3, completion_tokens=2)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def request(**changes: object) -> ChatRequest:
+    fields: dict[str, object] = {"role": "ranker", "model": "m", "messages": MESSAGES, "temperature": 0.0}
+    fields.update(changes)
+    return ChatRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None:
+    base = cache_key("http://a/v1", request())
+    assert cache_key("http://a/v1", request(context={"query": "other"}, role="rewriter")) == base
+    assert cache_key("http://b/v1", request()) != base
+    assert cache_key("http://a/v1", request(model="n")) != base
+    assert cache_key("http://a/v1", request(temperature=0.5)) != base
+    assert cache_key("http://a/v1", request(messages=({"role": "user", "content": "hello!"},))) != base
+
+
+def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:
+    inner = Counting()
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    first = asyncio.run(client.complete(request()))
+    second = asyncio.run(client.complete(request()))
+    assert inner.calls == 1 and not first.cached and second.cached
+    assert (second.text, second.prompt_tokens, second.completion_tokens) == ("answer 1", 3, 2)
+
+
+def test_errors_are_not_cached(tmp_path: Path) -> None:
+    inner = Counting(fail=True)
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    for _ in range(2):
+        with pytest.raises(ModelError):
+            asyncio.run(client.complete(request()))
+    assert inner.calls == 2 and not list(tmp_path.rglob("*.json"))
+
+
+def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    key = cache_key("http://a/v1", request())
+    path = cache.path(key)
+    path.parent.mkdir(parents=True)
+    (path.parent / f".{key}.abc.tmp").write_text('{"key": "' + key + '", "text": "to', encoding="utf-8")  # killed mid-write
+    assert cache.get(key) is None
+    for corrupt in ('{"key": "' + key + '", "te', "[]", '{"key": "other", "text": "x"}', "\xff\xfe"):
+        path.write_text(corrupt, encoding="utf-8", errors="replace")
+        assert cache.get(key) is None
+    inner = Counting()
+    asyncio.run(CachedClient(inner, tmp_path, "http://a/v1").complete(request()))  # the miss is repaired
+    assert inner.calls == 1 and cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)
+
+
+def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    keys = [cache_key("u", request(model=f"m{i}")) for i in range(20)]
+    bad: list[str] = []
+
+    def writer(n: int) -> None:
+        for _ in range(15):
+            for key in keys:
+                cache.put(key, ChatResponse(f"writer {n} " * 200, n, n), "m")
+                hit = cache.get(key)
+                if hit is None or hit.text != f"writer {hit.prompt_tokens} " * 200:
+                    bad.append(key)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert bad == []
+    assert len(list(tmp_path.rglob("*.json"))) == len(keys) and not list(tmp_path.rglob("*.tmp"))

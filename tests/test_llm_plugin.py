@@ -1,0 +1,140 @@
+"""Real-model runs end to end: the plugin, the openai SDK and the fake server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import GeoProject
+
+SENTINEL = "sk-sentinel-7f3a9c1e5b"
+
+
+def report(project: GeoProject, name: str = "rep.json") -> dict:
+    return json.loads((project.pytester.path / name).read_text(encoding="utf-8"))
+
+
+def test_concurrency_bound_holds(served_project: GeoProject) -> None:
+    served_project.server.latency = 0.05
+    result = served_project.run(str(served_project.dataset(24)), "--geo-concurrency", "4")
+    result.assert_outcomes(passed=24)
+    assert 1 < served_project.server.max_in_flight <= 4
+    assert len(served_project.server.requests) == 24 * 3
+
+
+def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(5))
+    served_project.run(dataset, "--geo-report", "first.json").assert_outcomes(passed=5)
+    assert len(served_project.server.requests) == 15
+    served_project.server.reset()
+    result = served_project.run(dataset, "--geo-report", "second.json")
+    result.assert_outcomes(passed=5)
+    assert served_project.server.requests == []
+    first, second = report(served_project, "first.json"), report(served_project, "second.json")
+    assert first["rows"] == second["rows"] and first["geo"] == second["geo"]
+    assert second["usage"]["ranker"]["cache_hits"] == 10 == second["usage"]["ranker"]["calls"]
+    assert second["usage"]["ranker"]["prompt_tokens"] == 0 < first["usage"]["ranker"]["prompt_tokens"]
+    result.stdout.fnmatch_lines(["model usage:", "  ranker: calls=10 cache_hits=10 retries=0 *"])
+    assert list((served_project.pytester.path / ".pytest_cache" / "d" / "geo").rglob("*.json"))
+
+
+def test_no_cache_and_cache_dir_flags(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset, "--geo-cache-dir", "answers").assert_outcomes(passed=2)
+    assert len(list((served_project.pytester.path / "answers").rglob("*.json"))) == 6
+    served_project.server.reset()
+    served_project.run(dataset, "--geo-cache-dir", "answers", "--geo-no-cache").assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 6
+    assert not (served_project.pytester.path / ".pytest_cache" / "d" / "geo").exists()
+
+
+def test_cache_works_without_the_cacheprovider(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(1))
+    for _ in range(2):
+        served_project.run(dataset, "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert len(served_project.server.requests) == 3
+    assert list((served_project.pytester.path / ".pytest_cache" / "d" / "geo").rglob("*.json"))
+
+
+def test_transient_faults_are_retried_and_counted(served_project: GeoProject) -> None:
+    served_project.server.slow_seconds = 1.5
+    served_project.server.fail_next("429", "ok", "500", "ok", "drop", "ok", "slow")  # each is a call's 1st retry
+    result = served_project.run(str(served_project.dataset(3)), "--geo-report", "rep.json", "--geo-timeout", "0.5",
+                             "--geo-concurrency", "1")
+    result.assert_outcomes(passed=3)
+    usage = report(served_project)["usage"]
+    assert sum(u["retries"] for u in usage.values()) == 4 and len(served_project.server.requests) == 9 + 4
+
+
+def test_exhausted_retries_score_zero_and_the_run_finishes(served_project: GeoProject) -> None:
+    served_project.server.always = "500"
+    result = served_project.run(str(served_project.dataset(2)), "--geo-report", "rep.json", "--geo-max-retries", "1")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*error: * model call failed: HTTP 500 (upstream exploded) after 1 retry*",
+                                 "*pytest-geo evaluation*", "rows.jsonl: n=2 avg_rank_improvement=0.0000 *"])
+    rows = report(served_project)["rows"]
+    assert [r["score"] for r in rows] == [0.0, 0.0]
+    assert all("HTTP 500" in r["feedback"] and r["feedback"].startswith("error: ") for r in rows)
+
+
+def test_non_permutation_is_reasked_then_names_missing_and_extra_ids(served_project: GeoProject) -> None:
+    served_project.server.always = "bad_ranking"
+    result = served_project.run(str(served_project.dataset(1)), "--geo-concurrency", "1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ranking is not a permutation of the candidates (missing ids: *; extra ids: zz-unknown)*"])
+    ranker = [r for r in served_project.server.requests if "ordered_ids" in r["body"]["messages"][0]["content"]]
+    assert len(ranker) == 3  # asked, then asked again twice with the problem stated
+    assert "That answer could not be used: ranking is not a permutation" in ranker[-1]["body"]["messages"][-1]["content"]
+
+
+def test_malformed_content_then_a_good_answer_passes(served_project: GeoProject) -> None:
+    served_project.server.fail_next("malformed")
+    served_project.run(str(served_project.dataset(1)), "--geo-concurrency", "1").assert_outcomes(passed=1)
+    assert len(served_project.server.requests) == 4
+    served_project.server.reset()
+    served_project.server.always = "malformed"
+    result = served_project.run(str(served_project.dataset(1)), "--geo-no-cache")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no JSON object in the answer*after 3 attempts*"])
+
+
+def test_exitfirst_cancels_outstanding_work(served_project: GeoProject) -> None:
+    served_project.server.always = "bad_ranking"
+    result = served_project.run(str(served_project.dataset(40)), "-x", "--geo-concurrency", "2")
+    result.assert_outcomes(failed=1)
+    assert len(served_project.server.requests) < 20, len(served_project.server.requests)  # 40 rows would make 40 * 7
+
+
+def test_deselected_rows_make_no_calls(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(10)), "-k", "r3")
+    result.assert_outcomes(passed=1)
+    assert len(served_project.server.requests) == 3
+    assert all("number 3" in json.dumps(r["body"]) for r in served_project.server.requests)
+
+
+def test_the_key_never_appears_in_output_report_cache_or_errors(
+    served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    dataset = str(served_project.dataset(3))
+    served_project.server.fail_next("401")  # the server's error message echoes the key
+    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-concurrency", "1", "-rA")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*HTTP 401 (Incorrect API key provided: ?key?.)*"])
+    files = [p for p in served_project.pytester.path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".json" and "d/geo" in p.as_posix() for p in files)
+    texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in files]
+    assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
+    assert all(r["headers"]["authorization"] == f"Bearer {SENTINEL}" for r in served_project.server.requests)
+
+
+def test_usage_from_xdist_workers_reaches_the_report(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(4))
+    result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", "2",
+                                            "--geo-report", "rep.json")
+    result.assert_outcomes(passed=4)
+    usage = report(served_project)["usage"]
+    assert (usage["ranker"]["calls"], usage["rewriter"]["calls"]) == (8, 4)
+    result.stdout.fnmatch_lines(["  ranker: calls=8 *"])
