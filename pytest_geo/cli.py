@@ -45,8 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize-prompts",
         help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt)",
     )
-    optimize.add_argument("--train", type=Path, required=True, metavar="PATH", help="GEO JSONL rows that drive the proposals")
-    optimize.add_argument("--val", type=Path, required=True, metavar="PATH", help="GEO JSONL rows that choose the best candidate")
+    optimize.add_argument("--train", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that drive the proposals")
+    optimize.add_argument("--val", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that choose the best candidate")
+    optimize.add_argument("--suites", type=Path, default=None, metavar="FILE",
+                          help="instead of --train/--val: a Python file whose prompt procedures marked "
+                               "optimize=True are each scored by their same-named eval suite")
     optimize.add_argument("--iters", type=_positive, default=3, metavar="N", help="proposals to try (default: 3)")
     optimize.add_argument("--max-metric-calls", type=_positive, default=None, metavar="N",
                           help="most row evaluations (one candidate on one row) in the search")
@@ -96,7 +99,9 @@ def evaluate(args: argparse.Namespace) -> int:
 def optimize_prompts(args: argparse.Namespace) -> int:
     from pytest_geo.optimize import OptimizeOptions, optimize_prompts
 
-    options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply)
+    if args.suites is None and (args.train is None or args.val is None):
+        build_parser().error("optimize-prompts needs --train and --val, or --suites FILE")
+    options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
     return optimize_prompts(_settings(args), options)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import os
 import stat
@@ -22,6 +23,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TextIO
 
 from pytest_geo.answers import AnswerError, extract_json_object
@@ -29,16 +31,18 @@ from pytest_geo.data import GeoRow, RowProblem, iter_dataset
 from pytest_geo.geo import GeoEngine
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.factory import build_client
-from pytest_geo.prompts import REWRITER_VARS, TEMPLATES, PromptError, render
+from pytest_geo.procedures import PromptProcedure, running_with, template_override, tracing
+from pytest_geo.prompts import REWRITER_VARS, TEMPLATES, PromptError, placeholders, render
 from pytest_geo.runner import Runner
-from pytest_geo.scoring import summarize
+from pytest_geo.scoring import Score, normalize, summarize
 from pytest_geo.session import GeoSession
 from pytest_geo.settings import Settings
+from pytest_geo.suites import Metric, Suite, SuiteError, load_rows, score_row, suites_in
 
 REWRITER = "rewriter_user"
 MINIBATCH = 3  # training rows per reflection step (GEPA's default)
 # Numbers of the summary printed after each validated candidate, in this order.
-SHOWN = ("avg_rank_improvement", "win_rate", "stderr_rank_improvement", "n")
+SHOWN = ("avg_rank_improvement", "score", "win_rate", "stderr_rank_improvement", "stderr", "n")
 
 
 class OptimizeError(Exception):
@@ -639,7 +643,7 @@ def search_and_write(
         "model_calls_search": search_calls,
         "model_calls_by_role": dict(sorted(counter.by_role.items())),
         "model_calls_by_phase": dict(sorted(counter.by_phase.items())),
-        "validation_call_bound": m + 2 * k * m,
+        "validation_call_bound": m + 2 * k * m if task.component == REWRITER else None,
         "applied": False,
     }
     write_atomic(outputs.candidate, best.template)
@@ -669,9 +673,10 @@ def search_and_write(
     )
     print(f"post-optimization training score: {describe(train_summary)}", file=out)
     roles = ", ".join(f"{role} {n}" for role, n in sorted(counter.by_role.items()))
+    bound = f" (at most M + 2*K*M = {m + 2 * k * m}, plus re-asks)" if task.component == REWRITER else ""
     print(
         f"model calls: {counter.total} ({roles}); validation: {counter.by_phase.get('validation', 0)} "
-        f"for K={k} candidates over M={m} rows (at most M + 2*K*M = {m + 2 * k * m}, plus re-asks)",
+        f"for K={k} candidates over M={m} rows{bound}",
         file=out,
     )
     print(
@@ -684,4 +689,131 @@ def search_and_write(
         unchanged = f"; {working} unchanged" if working is not None else ""
         print(f"wrote {outputs.candidate} and {outputs.scores}{unchanged}", file=out)
     out.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# A prompt procedure scored by its same-named suite, as a PromptTask.
+# ---------------------------------------------------------------------------
+
+
+class SuitePromptTask:
+    """A prompt procedure's template, scored by the suite named after it: the metric
+    runs in a worker thread (it calls the procedure synchronously), with the candidate
+    template swapped in for that call only."""
+
+    def __init__(self, procedure: PromptProcedure, suite: Suite, metric: Metric, session: GeoSession) -> None:
+        self.procedure = procedure
+        self.suite = suite
+        self.metric = metric
+        self.session = session
+        self.component = procedure.name
+
+    def check(self, template: str) -> None:
+        self.procedure.check(template)
+
+    async def score(self, template: str, example: Example) -> Scored:
+        value, expected = example.row
+
+        def run_metric() -> tuple[Any, list[str]]:
+            with running_with(lambda: self.session), template_override(self.procedure.name, template), tracing() as out:
+                return score_row(self.metric, value, expected), out
+
+        outputs: list[str] = []
+        try:
+            returned, outputs = await asyncio.to_thread(run_metric)
+            score = normalize(returned)
+        except Exception as exc:  # a metric that raises scores 0.0, as in a pytest run
+            score = Score.from_error(f"{type(exc).__name__}: {exc}")
+        return Scored(
+            label=example.label,
+            value=score.value,
+            feedback=score.feedback,
+            error=score.error,
+            inputs={"input": value, "expected": expected},
+            output="\n".join(outputs) if outputs else None,
+        )
+
+    def summary(self, values: Sequence[float]) -> dict[str, float | int]:
+        result = summarize(values)
+        return {"score": result.mean, "win_rate": result.win_rate, "stderr": result.stderr, "n": result.n}
+
+
+def load_suites_file(path: Path) -> ModuleType:
+    """Import a Python file that declares prompt procedures and their suites."""
+    if not path.is_file():
+        raise OptimizeError(f"{path}: suites file not found")
+    spec = importlib.util.spec_from_file_location(f"_pytest_geo_suites_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise OptimizeError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise OptimizeError(f"{path}: cannot import: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _suite_examples(suite: Suite, metric: Metric, spec: Any, split: str, seed: int) -> list[Example]:
+    try:
+        rows = load_rows(suite.name, metric.dataset, spec, suite.base_dir, seed)
+    except SuiteError as exc:
+        raise OptimizeError(str(exc)) from None
+    return [
+        Example(split, hashlib.sha256(repr(row).encode()).hexdigest(), f"{suite.name} {split}[{i}]", row)
+        for i, row in enumerate(rows)
+    ]
+
+
+def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
+    """Kedi's rule: every prompt procedure marked `optimize=True` needs a same-named eval
+    suite; its `data` drives the proposals and its `test_data` chooses the best (its
+    `data` again when it has none)."""
+    assert options.suites is not None
+    module = load_suites_file(options.suites)
+    procedures = [p for p in vars(module).values() if isinstance(p, PromptProcedure) and p.optimize]
+    if not procedures:
+        raise OptimizeError(f"{options.suites}: no prompt procedure is marked optimize=True")
+    suites = {s.name: s for s in suites_in(module)}
+    for procedure in procedures:
+        if procedure.name not in suites:
+            raise OptimizeError(
+                f"{options.suites}: prompt procedure {procedure.name!r} is marked optimize=True "
+                f"but no eval suite is named {procedure.name!r}"
+            )
+    counter = CallCounter(client or build_client(settings))
+    geo = GeoSession(settings, client=counter)
+    try:
+        for procedure in procedures:
+            suite = suites[procedure.name]
+            try:
+                metric = suite.check()
+            except SuiteError as exc:
+                raise OptimizeError(str(exc)) from None
+            if metric.is_geo:
+                raise OptimizeError(f"suite {suite.name!r}: optimize the GEO rewriter with --train/--val instead")
+            train = _suite_examples(suite, metric, suite.data[metric.dataset], "train", settings.seed)
+            val_spec = suite.test_data.get(metric.dataset, suite.data[metric.dataset])
+            val = _suite_examples(suite, metric, val_spec, "validation", settings.seed)
+            if not train or not val:
+                raise OptimizeError(f"suite {suite.name!r}: dataset {metric.dataset!r} has no rows")
+            check_budget(options.max_metric_calls, len(val))
+            if procedure.source is not None:
+                stem = procedure.source.with_suffix("")
+                outputs = Outputs(procedure.source, Path(f"{stem}.candidate.txt"), Path(f"{stem}.optimized_scores.json"))
+            else:
+                base = options.suites.parent / procedure.name
+                outputs = Outputs(None, Path(f"{base}.candidate.txt"), Path(f"{base}.optimized_scores.json"))
+            reflection = _reflection(geo.engine, Path(settings.prompts_dir), sorted(placeholders(procedure.template)), ())
+            which = "test_data" if metric.dataset in suite.test_data else "data (no test_data)"
+            search_and_write(
+                SuitePromptTask(procedure, suite, metric, geo), procedure.template, train, val, reflection, geo,
+                counter, options, outputs,
+                {"train": f"{options.suites}::{suite.name} data", "val": f"{options.suites}::{suite.name} {which}"},
+            )
+    finally:
+        geo.close()
     return 0
