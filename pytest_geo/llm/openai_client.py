@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 
@@ -35,6 +36,17 @@ async def _count_attempt(request: Any) -> None:
             attempts.append(len(attempts))
 
 
+def _http_client() -> Any:
+    """The SDK's aiohttp transport when installed (the `openai[aiohttp]` extra we depend
+    on): httpcore's pool costs ~0.5 ms of CPU per request at 64 connections, which at high
+    concurrency makes the client, not the server, the bottleneck (bench/bench_concurrency.py)."""
+    hooks = {"request": [_count_attempt]}
+    try:
+        return openai.DefaultAioHttpClient(event_hooks=hooks)
+    except RuntimeError:  # aiohttp is missing: httpx works, only slower
+        return openai.DefaultAsyncHttpxClient(event_hooks=hooks)
+
+
 class OpenAIChatClient:
     def __init__(
         self,
@@ -47,7 +59,7 @@ class OpenAIChatClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self._secret = api_key
-        http = openai.DefaultAsyncHttpxClient(event_hooks={"request": [_count_attempt]})
+        http = _http_client()
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
         )
@@ -56,10 +68,15 @@ class OpenAIChatClient:
         attempts: list[int] = []
         token = _attempts.set(attempts)
         try:
-            completion: Any = await self._client.chat.completions.create(
-                model=request.model,
-                messages=[dict(m) for m in request.messages],  # type: ignore[misc]
-                temperature=request.temperature,
+            # `post` rather than `chat.completions.create`: the same SDK request (auth,
+            # retries, errors, typed ChatCompletion), without create()'s TypedDict
+            # transform of the messages, which walks every variant of the message union
+            # and was the largest CPU cost per call (our messages are plain text).
+            completion: Any = await self._client.post(
+                "/chat/completions",
+                body={"model": request.model, "messages": [dict(m) for m in request.messages],
+                      "temperature": request.temperature},
+                cast_to=ChatCompletion,
             )
         except openai.APIError as exc:
             retries = max(attempts, default=0)
@@ -79,6 +96,9 @@ class OpenAIChatClient:
 
     def _cause(self, exc: openai.APIError) -> str:
         """One line naming what went wrong, with the key (and anything key-like) removed."""
+        dropped = _aiohttp_disconnect(exc)
+        if dropped is not None:
+            return f"connection error ({self._scrub(str(dropped) or type(dropped).__name__)})"
         if isinstance(exc, openai.APITimeoutError):
             return f"timed out after {self.timeout:g}s"
         if isinstance(exc, openai.APIConnectionError):
@@ -104,3 +124,16 @@ class OpenAIChatClient:
 
 def _after(retries: int) -> str:
     return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+
+
+def _aiohttp_disconnect(exc: BaseException) -> BaseException | None:
+    """The aiohttp transport reports any connection error (a dropped connection too) as
+    a connect timeout; find the real cause so the message names it."""
+    seen = exc.__cause__ or exc.__context__
+    for _ in range(10):
+        if seen is None:
+            return None
+        if type(seen).__module__.startswith("aiohttp") and not isinstance(seen, TimeoutError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
