@@ -66,11 +66,12 @@ class SuiteCollector(pytest.Collector):
         from pytest_geo.plugin import settings_of
 
         settings = settings_of(self.config)
+        where = self.parent.nodeid if self.parent is not None else ""
         try:
             metric = self.suite.check()
             splits = self.suite.splits(settings.split)
         except SuiteError as exc:
-            raise self.CollectError(str(exc)) from None
+            raise self.CollectError(f"{where}: {exc}") from None
         for marker in (self.suite.name, *self.suite.markers):
             _register_marker(self.config, marker)
         for split, spec in splits:
@@ -78,7 +79,7 @@ class SuiteCollector(pytest.Collector):
                 rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
                                  geo=metric.is_geo)
             except SuiteError as exc:
-                raise self.CollectError(str(exc)) from None
+                raise self.CollectError(f"{where}: {exc}") from None
             if not rows:
                 yield EmptySplitItem.from_parent(
                     self, name=f"{split}[no examples]", metric=metric, suite=self.suite.name, split=split
@@ -107,7 +108,7 @@ class SuiteFile(pytest.File):
 
     def collect(self) -> Iterator[pytest.Collector]:
         try:
-            suite = load_suite_file(self.path)
+            suite = load_suite_file(self.path, self.nodeid)
         except SuiteFileError as exc:
             raise self.CollectError(str(exc)) from None
         yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)

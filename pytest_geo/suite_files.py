@@ -27,10 +27,27 @@ def _validator() -> jsonschema.protocols.Validator:
 
 
 def _field(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    text = ""
+    for part in error.absolute_path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
 
 
-def import_object(spec: str, path: Path, field: str) -> Callable[..., Any]:
+def _problem(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message, said in the suite file's own terms where it is obscure."""
+    field = error.absolute_path[-1] if error.absolute_path else None
+    if error.validator == "type" and not error.absolute_path:
+        return f"expected a mapping of suite fields, got {type(error.instance).__name__}"
+    if error.validator == "pattern" and field == "suite":
+        return f"{error.instance!r} is not a Python identifier (a suite is named after its procedure)"
+    if error.validator == "pattern" and field in ("function", "procedure"):
+        return f"{error.instance!r} is not a module:function path"
+    if error.validator == "oneOf" and field == "metric":
+        return "give exactly one of builtin or function"
+    return error.message if len(error.message) < 160 else error.message[:157] + "..."
+
+
+def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
@@ -41,24 +58,25 @@ def import_object(spec: str, path: Path, field: str) -> Callable[..., Any]:
     return obj
 
 
-def load_suite_file(path: Path) -> Suite:
+def load_suite_file(path: Path, label: str | None = None) -> Suite:
+    """`label` names the file in messages (pytest passes its node id, relative to the rootdir)."""
+    shown = label or str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteFileError(f"{path}: cannot read suite file: {exc}") from None
+        raise SuiteFileError(f"{shown}: cannot read suite file: {exc}") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SuiteFileError(f"{path}{where}: invalid YAML: {problem}") from None
+        raise SuiteFileError(f"{shown}{where}: invalid YAML: {problem}") from None
     errors = sorted(_validator().iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
-        message = error.message if len(error.message) < 160 else error.message[:157] + "..."
-        raise SuiteFileError(f"{path}: {_field(error)}: {message}")
-    procedure = import_object(doc["procedure"], path, "procedure") if "procedure" in doc else None
+        raise SuiteFileError(f"{shown}: {_field(error)}: {_problem(error)}")
+    procedure = import_object(doc["procedure"], shown, "procedure") if "procedure" in doc else None
     declared = Suite(
         name=doc["suite"],
         data=dict(doc["data"]),
@@ -75,8 +93,8 @@ def load_suite_file(path: Path) -> Suite:
             if metric["builtin"] == GEO_METRIC:
                 return declared
         else:
-            fn = import_object(metric["function"], path, "metric.function")
+            fn = import_object(metric["function"], shown, "metric.function")
             declared.metric(fn, dataset=metric["dataset"], name=metric.get("name"))
     except SuiteError as exc:
-        raise SuiteFileError(f"{path}: {exc}") from None
+        raise SuiteFileError(f"{shown}: {exc}") from None
     return declared

@@ -17,6 +17,7 @@ PROMPTS = REPO / "prompts"
 SMOKE = REPO / "eval" / "datasets" / "geo_smoke.jsonl"
 
 pytest_plugins = ["pytester"]
+collect_ignore = ["corpus"]  # malformed inputs, run one by one by test_corpus.py
 
 
 @pytest.fixture

@@ -79,6 +79,32 @@ CASES = [
     Case("prompts", "ranker_without_candidates",
          "ERROR: */ranker_without_candidates/ranker_user.txt: missing placeholder {{candidates}} that this role needs",
          ()),
+    # suite files: a collection error naming the file and the field (or the suite and the
+    # dataset); with --continue-on-collection-errors the valid suite still runs
+    Case("suites", "bad_yaml.geo.yaml", "bad_yaml.geo.yaml:2: invalid YAML: expected ',' or ']', but got ':'"),
+    Case("suites", "python_tag.geo.yaml",
+         "python_tag.geo.yaml:1: invalid YAML: could not determine a constructor for the tag "
+         "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    Case("suites", "unknown_key.geo.yaml",
+         "unknown_key.geo.yaml: (top level): Additional properties are not allowed ('colour' was unexpected)"),
+    Case("suites", "missing_metric.geo.yaml", "missing_metric.geo.yaml: (top level): 'metric' is a required property"),
+    Case("suites", "not_a_mapping.geo.yaml",
+         "not_a_mapping.geo.yaml: (top level): expected a mapping of suite fields, got list"),
+    Case("suites", "bad_function_path.geo.yaml",
+         "bad_function_path.geo.yaml: metric.function: 'corpus_metrics.always' is not a module:function path"),
+    Case("suites", "builtin_and_function.geo.yaml",
+         "builtin_and_function.geo.yaml: metric: give exactly one of builtin or function"),
+    Case("suites", "row_without_input.geo.yaml",
+         "row_without_input.geo.yaml: data.rows[0]: 'input' is a required property"),
+    Case("suites", "suite_name_not_identifier.geo.yaml",
+         "suite_name_not_identifier.geo.yaml: suite: 'my suite' is not a Python identifier "
+         "(a suite is named after its procedure)"),
+    Case("suites", "metric_unknown_dataset.geo.yaml",
+         "metric_unknown_dataset.geo.yaml: suite 'square': metric 'always' names dataset 'examples', "
+         "which the suite does not define (defined: rows)"),
+    Case("suites", "missing_data_file.geo.yaml",
+         "missing_data_file.geo.yaml: suite 'square': dataset 'rows' failed to load: "
+         "*no_such_rows.jsonl: cannot read dataset: No such file or directory"),
 ]
 
 
@@ -112,7 +138,35 @@ def run_prompts(pytester: pytest.Pytester, case: Case) -> None:
         result.stderr.no_fnmatch_line(f"*{mark}*")
 
 
-RUNNERS: dict[str, Callable[[pytest.Pytester, Case], None]] = {"datasets": run_dataset, "prompts": run_prompts}
+GOOD_SUITE = """
+suite: fine
+data:
+  rows: [{input: 1, expected: 1}, {input: 2, expected: 2}]
+metric: {function: "corpus_metrics:always", dataset: rows}
+"""
+
+
+def run_suite_file(pytester: pytest.Pytester, case: Case) -> None:
+    pytester.syspathinsert()
+    pytester.makepyfile(corpus_metrics="def always(rows, expected):\n    return True\n")
+    pytester.makefile(".geo.yaml", good=GOOD_SUITE)
+    shutil.copy(CORPUS / "suites" / case.name, pytester.path / case.name)
+    result = pytester.runpytest(
+        case.name, "good.geo.yaml", "--continue-on-collection-errors", "--geo-report", "report.json", "-rA"
+    )
+    assert result.ret != pytest.ExitCode.OK  # a suite that cannot load is a failure of the run
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines([case.message])
+    for mark in TRACEBACK_MARKS:
+        result.stdout.no_fnmatch_line(f"*{mark}*")
+    assert not (pytester.path / "pwned").exists()
+    report = json.loads((pytester.path / "report.json").read_text(encoding="utf-8"))
+    assert [(s["suite"], s["n"], s["score"]) for s in report["suites"]] == [("fine", 2, 1.0)]
+
+
+RUNNERS: dict[str, Callable[[pytest.Pytester, Case], None]] = {
+    "datasets": run_dataset, "prompts": run_prompts, "suites": run_suite_file,
+}
 
 
 def test_the_corpus_is_large_enough_and_every_file_has_a_case() -> None:
