@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import socket
 import sys
@@ -38,6 +39,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.slow_seconds = slow_seconds
         self.faults: deque[str] = deque()  # consumed one per request, in order
         self.always: str | None = None  # applied to every request while set
+        self.fault_rate = 0.0  # otherwise: this share of requests gets a random fault
+        self.rng = random.Random(0)
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -72,6 +75,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         with self.lock:
             if self.faults:
                 return self.faults.popleft()
+            if self.always is None and self.fault_rate and self.rng.random() < self.fault_rate:
+                return self.rng.choice(FAULTS[1:])
             return self.always
 
     def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:

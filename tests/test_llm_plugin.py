@@ -120,11 +120,14 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     dataset = str(served_project.dataset(3))
     served_project.server.fail_next("401")  # the server's error message echoes the key
-    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-concurrency", "1", "-rA")
+    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-concurrency", "1", "-rA",
+                                "--junitxml", "junit.xml", "--log-file", "run.log", "--log-file-level", "DEBUG")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*HTTP 401 (Incorrect API key provided: ?key?.)*"])
     files = [p for p in served_project.pytester.path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".json" and "d/geo" in p.as_posix() for p in files)
+    assert {"junit.xml", "run.log", "rep.json"} <= {p.name for p in files}
+    assert "HTTP Request: POST" in (served_project.pytester.path / "run.log").read_text()  # debug logs were on
     texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in files]
     assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
     assert all(r["headers"]["authorization"] == f"Bearer {SENTINEL}" for r in served_project.server.requests)
