@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
@@ -175,3 +176,65 @@ class GeoEngine:
             raise
         except Exception as exc:  # a row's failure never stops the others
             return replace(outcome, error=one_line(exc))
+
+
+def repeat_order(seed: int, row: GeoRow, repeat: int) -> tuple[Candidate, ...]:
+    """The candidates in a seeded order for one repeat: the same in every run and process
+    (a string seed, never `hash()`), different per row and repeat."""
+    order = list(row.candidates)
+    random.Random(f"{seed}\x1frepeat\x1f{row.path}\x1f{row.label}\x1f{repeat}").shuffle(order)
+    return tuple(order)
+
+
+@dataclass(frozen=True)
+class RepeatedOutcome:
+    """K runs of one row, each with its own candidate order; the row scores their mean."""
+
+    query_id: str | None
+    target_id: str
+    runs: tuple[tuple[tuple[str, ...], GeoOutcome], ...]
+
+    @property
+    def error(self) -> str | None:
+        return next((f"repeat {i}: {o.error}" for i, (_, o) in enumerate(self.runs) if o.error is not None), None)
+
+    def _mean(self, values: list[int | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    @property
+    def feedback(self) -> str:
+        if self.error is not None:
+            return f"error: {self.error}"
+        before = self._mean([o.rank_before for _, o in self.runs])
+        after = self._mean([o.rank_after for _, o in self.runs])
+        return f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+
+    def score(self) -> Score:
+        value = sum(o.score().value for _, o in self.runs) / len(self.runs)
+        return Score(value, self.feedback, self.error is not None)
+
+    def record(self) -> dict[str, Any]:
+        """Means at the top (errored repeats count 0.0 in `score`), every repeat kept."""
+        runs = [o for _, o in self.runs]
+        return {
+            "query_id": self.query_id,
+            "target_id": self.target_id,
+            "rank_before": self._mean([o.rank_before for o in runs]),
+            "rank_after": self._mean([o.rank_after for o in runs]),
+            "rank_improvement": self._mean([o.rank_improvement for o in runs]),
+            "rewritten_description": next((o.rewritten_description for o in runs if o.rewritten_description), None),
+            "score": self.score().value,
+            "feedback": self.feedback,
+            "error": self.error,
+            "repeats": [{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
+        }
+
+
+async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int) -> RepeatedOutcome:
+    """`engine.run` once per repeat on a shuffled copy of the row (the same order before
+    and after within a repeat), to average out the ranker's position bias."""
+    orders = [repeat_order(seed, row, i) for i in range(repeats)]
+    outcomes = await asyncio.gather(*(engine.run(replace(row, candidates=order)) for order in orders))
+    return RepeatedOutcome(row.query_id, row.target_id,
+                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes)))

@@ -4,10 +4,10 @@ the client, the runner, and each row's pending outcome."""
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Iterable
+from typing import Awaitable, Iterable
 
 from pytest_geo.data import GeoRow
-from pytest_geo.geo import GeoEngine, GeoOutcome
+from pytest_geo.geo import GeoEngine, GeoOutcome, RepeatedOutcome, run_repeats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client
 from pytest_geo.prompts import PromptSet, load_prompts
@@ -24,15 +24,20 @@ class GeoSession:
         self.client: ChatClient = BoundedClient(client or build_client(settings), settings.concurrency)
         self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
         self.runner = Runner(settings.concurrency)
-        self._futures: dict[str, concurrent.futures.Future[GeoOutcome]] = {}
+        self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome]] = {}
 
-    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome]:
+    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
         future = self._futures.get(key)
         if future is None:
-            future = self._futures[key] = self.runner.submit(lambda: self.engine.run(row))
+            future = self._futures[key] = self.runner.submit(lambda: self._run(row))
         return future
 
-    def outcome(self, key: str, row: GeoRow) -> GeoOutcome:
+    def _run(self, row: GeoRow) -> Awaitable[GeoOutcome | RepeatedOutcome]:
+        if self.settings.repeats > 1:
+            return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
+        return self.engine.run(row)
+
+    def outcome(self, key: str, row: GeoRow) -> GeoOutcome | RepeatedOutcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
         finished rows do not pile up in memory."""
         future = self.schedule(key, row)

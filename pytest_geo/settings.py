@@ -44,3 +44,4 @@ class Settings:
     cache_dir: Path | None = None
     use_cache: bool = True
     split: str = "test"
+    repeats: int = 1
