@@ -17,19 +17,21 @@ class BaselineError(Exception):
     """The baseline report cannot be read or is not a pytest-geo report; names the file."""
 
 
-def load_baseline(path: Path | str) -> dict[str, Any]:
+def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any]:
+    """Read and check a baseline report; every problem names the file as the user gave it."""
     path = Path(path)
+    name = display or str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BaselineError(f"--geo-baseline: baseline report not found: {path}") from None
+        raise BaselineError(f"--geo-baseline: baseline report not found: {name}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"--geo-baseline: cannot read baseline report {path}: {exc}") from None
+        raise BaselineError(f"--geo-baseline: cannot read baseline report {name}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise BaselineError(f"--geo-baseline: {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+        raise BaselineError(f"--geo-baseline: {name} is not JSON: {exc.msg} at line {exc.lineno}") from None
     problem = _shape_problem(data)
     if problem:
-        raise BaselineError(f"--geo-baseline: {path} is not a pytest-geo report: {problem}")
+        raise BaselineError(f"--geo-baseline: {name} is not a pytest-geo report: {problem}")
     return data
 
 

@@ -236,7 +236,7 @@ def _load_baseline(config: pytest.Config) -> None:
     if path and not _is_xdist_worker(config):
         results = config.stash[RESULTS]
         try:
-            results.baseline = load_baseline(config.invocation_params.dir / path)
+            results.baseline = load_baseline(config.invocation_params.dir / path, display=path)
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from None
         results.baseline_path = path
