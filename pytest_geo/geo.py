@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 
 from pytest_geo.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.data import Candidate, GeoRow
 from pytest_geo.llm.base import ChatClient, ChatRequest
-from pytest_geo.prompts import PromptSet, render
+from pytest_geo.prompts import PromptSet, placeholders, render
 from pytest_geo.scoring import Score
 
 T = TypeVar("T")
@@ -63,15 +65,36 @@ class GeoOutcome:
         }
 
 
-def candidate_values(query: str, query_id: str | None, candidates: tuple[Candidate, ...]) -> dict[str, Any]:
+def candidate_values(
+    query: str, query_id: str | None, candidates: tuple[Candidate, ...], used: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The ranker's placeholder values; with `used`, the two JSON renderings of the
+    candidates are built only if the templates use them."""
     listed = [c.as_dict() for c in candidates]
-    return {
-        "query": query,
-        "query_id": query_id or "",
-        "candidates": "\n".join(json.dumps(c, ensure_ascii=False) for c in listed),
-        "candidates_json": json.dumps(listed, ensure_ascii=False, indent=2),
-        "n_candidates": len(listed),
-    }
+    values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(listed)}
+    if used is None or "candidates" in used:
+        values["candidates"] = "\n".join(json.dumps(c, ensure_ascii=False) for c in listed)
+    if used is None or "candidates_json" in used:
+        values["candidates_json"] = indented_json(listed)
+    return values
+
+
+@functools.lru_cache(maxsize=64)
+def _used_placeholders(*templates: str) -> frozenset[str]:
+    return frozenset().union(*(placeholders(t) for t in templates))
+
+
+def indented_json(listed: list[dict[str, str]]) -> str:
+    """`json.dumps(listed, ensure_ascii=False, indent=2)`, byte for byte, for a list of
+    flat string dicts: `indent` forces json's pure-Python encoder, a hot spot at scale."""
+    if not listed:
+        return "[]"
+    objects = [
+        "  {\n" + ",\n".join(f"    {encode_basestring(k)}: {encode_basestring(v)}" for k, v in c.items()) + "\n  }"
+        if c else "  {}"
+        for c in listed
+    ]
+    return "[\n" + ",\n".join(objects) + "\n]"
 
 
 def one_line(exc: BaseException) -> str:
@@ -122,7 +145,8 @@ class GeoEngine:
 
     async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...]) -> int:
         """1-based rank of the row's target among `candidates`."""
-        values = candidate_values(row.query, row.query_id, candidates)
+        used = _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user)
+        values = candidate_values(row.query, row.query_id, candidates, used)
         ids = [c.id for c in candidates]
         ordered = await self._ask(
             "ranker",

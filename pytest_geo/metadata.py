@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -34,8 +35,17 @@ def prompt_hashes(directory: Path) -> dict[str, str]:
 
 
 def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
-    for name in PACKAGES:
+    """Imported modules' own versions where they are loaded (importlib.metadata scans
+    every installed distribution, which is slow)."""
+    import pytest
+
+    from pytest_geo import __version__
+
+    found: dict[str, str | None] = {"pytest-geo": __version__, "pytest": pytest.__version__}
+    openai = sys.modules.get("openai")
+    if openai is not None and isinstance(getattr(openai, "__version__", None), str):
+        found["openai"] = openai.__version__
+    for name in (p for p in PACKAGES if p not in found):
         try:
             found[name] = importlib_metadata.version(name)
         except importlib_metadata.PackageNotFoundError:

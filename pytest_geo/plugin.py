@@ -303,9 +303,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     one at a time): the model work overlaps while items report in pytest's order."""
     geo = session.config.stash.get(SESSION, None)
     if geo is not None and not _is_xdist_worker(session.config):
-        for item in session.items:
-            if isinstance(item, GeoRowItem):
-                geo.schedule(item.nodeid, item.row)
+        geo.schedule_many([(item.nodeid, item.row) for item in session.items if isinstance(item, GeoRowItem)])
     return (yield)
 
 

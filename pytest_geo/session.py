@@ -4,6 +4,7 @@ the client, the runner, and each row's pending outcome."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from typing import Awaitable, Iterable
 
 from pytest_geo.data import GeoRow
@@ -31,6 +32,12 @@ class GeoSession:
         if future is None:
             future = self._futures[key] = self.runner.submit(lambda: self._run(row))
         return future
+
+    def schedule_many(self, rows: list[tuple[str, GeoRow]]) -> None:
+        """Schedule many rows with one hand-over to the runner's loop."""
+        fresh = [(key, row) for key, row in rows if key not in self._futures]
+        futures = self.runner.submit_many([functools.partial(self._run, row) for _, row in fresh])
+        self._futures.update((key, future) for (key, _), future in zip(fresh, futures))
 
     def _run(self, row: GeoRow) -> Awaitable[GeoOutcome | RepeatedOutcome]:
         if self.settings.repeats > 1:

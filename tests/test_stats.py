@@ -67,3 +67,4 @@ def test_paired_comparison() -> None:
     drop = paired([0] * 6, [1] * 6)
     assert drop.sign_test_p == pytest.approx(1 / 32) and drop.significant_drop()
     assert not paired([0] * 5, [1] * 5).significant_drop()  # p = 1/16: not enough rows
+
