@@ -92,11 +92,11 @@ def _bars(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Se
     plot = height - bottom - top
     for g, label in enumerate(labels):
         x0 = left + g * slot + slot * 0.1
-        for s, (_, colour, values) in enumerate(series):
+        for s, (name, colour, values) in enumerate(series):
             value = values[g]
             h = plot * value / peak
             parts.append(f'<rect x="{x0 + s * bar:.1f}" y="{height - bottom - h:.1f}" width="{bar:.1f}" '
-                         f'height="{h:.1f}" fill="{colour}"><title>{escape(label)}: {value}</title></rect>')
+                         f'height="{h:.1f}" fill="{colour}"><title>{escape(name)} {escape(label)}: {value}</title></rect>')
         parts.append(f'<text x="{x0 + slot * 0.4:.1f}" y="{height - bottom + 14}" text-anchor="middle">'
                      f'{escape(label)}</text>')
     for s, (name, colour, _) in enumerate(series if len(series) > 1 else ()):
