@@ -233,6 +233,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _load_baseline(config: pytest.Config) -> None:
     path = config.getoption("geo_baseline")
+    if config.getoption("geo_fail_on_regression") and not path:
+        raise pytest.UsageError("--geo-fail-on-regression needs --geo-baseline PATH to compare with")
     if path and not _is_xdist_worker(config):
         results = config.stash[RESULTS]
         try:

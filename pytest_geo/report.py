@@ -190,6 +190,7 @@ def baseline_lines(results: Results) -> list[str]:
 
 def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
     """What a row's JUnit XML test case carries (values become text there)."""
+    names: tuple[str, ...]
     if record["kind"] == "geo":
         names = ("score", "rank_before", "rank_after", "rank_improvement", "feedback")
     elif record["kind"] == "suite":

@@ -57,7 +57,11 @@ class GeoSession:
         keyed = [(f"{row.path}:{row.line}", row) for row in rows]
         for key, row in keyed:
             self.schedule(key, row)
-        return [self.outcome(key, row) for key, row in keyed]
+        outcomes = [self.outcome(key, row) for key, row in keyed]
+        single = [o for o in outcomes if isinstance(o, GeoOutcome)]
+        if len(single) != len(outcomes):
+            raise ValueError("evaluate() gives one outcome per row: use it with repeats = 1")
+        return single
 
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()

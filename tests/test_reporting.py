@@ -223,6 +223,12 @@ def test_significant_drop_fails_only_with_the_flag(geo_project: pytest.Pytester)
     assert result.ret == pytest.ExitCode.OK
 
 
+def test_fail_on_regression_needs_a_baseline(geo_project: pytest.Pytester) -> None:
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-fail-on-regression")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --geo-fail-on-regression needs --geo-baseline PATH to compare with"])
+
+
 def test_suite_rows_compare_pairwise_too(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_s=SUITE)
     geo_project.runpytest("test_s.py", "--geo-report", "base.json")
