@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import random
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 
 from pytest_geo.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.data import Candidate, GeoRow
 from pytest_geo.facts import new_facts
 from pytest_geo.llm.base import ChatClient, ChatRequest
-from pytest_geo.prompts import PromptSet, render
+from pytest_geo.prompts import PromptSet, placeholders, render
 from pytest_geo.scoring import Score
 
 T = TypeVar("T")
@@ -66,15 +69,36 @@ class GeoOutcome:
         }
 
 
-def candidate_values(query: str, query_id: str | None, candidates: tuple[Candidate, ...]) -> dict[str, Any]:
+def candidate_values(
+    query: str, query_id: str | None, candidates: tuple[Candidate, ...], used: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The ranker's placeholder values; with `used`, the two JSON renderings of the
+    candidates are built only if the templates use them."""
     listed = [c.as_dict() for c in candidates]
-    return {
-        "query": query,
-        "query_id": query_id or "",
-        "candidates": "\n".join(json.dumps(c, ensure_ascii=False) for c in listed),
-        "candidates_json": json.dumps(listed, ensure_ascii=False, indent=2),
-        "n_candidates": len(listed),
-    }
+    values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(listed)}
+    if used is None or "candidates" in used:
+        values["candidates"] = "\n".join(json.dumps(c, ensure_ascii=False) for c in listed)
+    if used is None or "candidates_json" in used:
+        values["candidates_json"] = indented_json(listed)
+    return values
+
+
+@functools.lru_cache(maxsize=64)
+def _used_placeholders(*templates: str) -> frozenset[str]:
+    return frozenset().union(*(placeholders(t) for t in templates))
+
+
+def indented_json(listed: list[dict[str, str]]) -> str:
+    """`json.dumps(listed, ensure_ascii=False, indent=2)`, byte for byte, for a list of
+    flat string dicts: `indent` forces json's pure-Python encoder, a hot spot at scale."""
+    if not listed:
+        return "[]"
+    objects = [
+        "  {\n" + ",\n".join(f"    {encode_basestring(k)}: {encode_basestring(v)}" for k, v in c.items()) + "\n  }"
+        if c else "  {}"
+        for c in listed
+    ]
+    return "[\n" + ",\n".join(objects) + "\n]"
 
 
 def one_line(exc: BaseException) -> str:
@@ -127,7 +151,8 @@ class GeoEngine:
 
     async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...]) -> int:
         """1-based rank of the row's target among `candidates`."""
-        values = candidate_values(row.query, row.query_id, candidates)
+        used = _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user)
+        values = candidate_values(row.query, row.query_id, candidates, used)
         ids = [c.id for c in candidates]
         ordered = await self.ask(
             "ranker",
@@ -195,3 +220,63 @@ def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:
     target = row.target
     violations = new_facts(f"{target.title}\n{target.description}", outcome.rewritten_description)
     return replace(outcome, fact_violations=tuple(violations))
+def repeat_order(seed: int, row: GeoRow, repeat: int) -> tuple[Candidate, ...]:
+    """The candidates in a seeded order for one repeat: the same in every run and process
+    (a string seed, never `hash()`), different per row and repeat."""
+    order = list(row.candidates)
+    random.Random(f"{seed}\x1frepeat\x1f{row.path}\x1f{row.label}\x1f{repeat}").shuffle(order)
+    return tuple(order)
+
+
+@dataclass(frozen=True)
+class RepeatedOutcome:
+    """K runs of one row, each with its own candidate order; the row scores their mean."""
+
+    query_id: str | None
+    target_id: str
+    runs: tuple[tuple[tuple[str, ...], GeoOutcome], ...]
+
+    @property
+    def error(self) -> str | None:
+        return next((f"repeat {i}: {o.error}" for i, (_, o) in enumerate(self.runs) if o.error is not None), None)
+
+    def _mean(self, values: list[int | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    @property
+    def feedback(self) -> str:
+        if self.error is not None:
+            return f"error: {self.error}"
+        before = self._mean([o.rank_before for _, o in self.runs])
+        after = self._mean([o.rank_after for _, o in self.runs])
+        return f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+
+    def score(self) -> Score:
+        value = sum(o.score().value for _, o in self.runs) / len(self.runs)
+        return Score(value, self.feedback, self.error is not None)
+
+    def record(self) -> dict[str, Any]:
+        """Means at the top (errored repeats count 0.0 in `score`), every repeat kept."""
+        runs = [o for _, o in self.runs]
+        return {
+            "query_id": self.query_id,
+            "target_id": self.target_id,
+            "rank_before": self._mean([o.rank_before for o in runs]),
+            "rank_after": self._mean([o.rank_after for o in runs]),
+            "rank_improvement": self._mean([o.rank_improvement for o in runs]),
+            "rewritten_description": next((o.rewritten_description for o in runs if o.rewritten_description), None),
+            "score": self.score().value,
+            "feedback": self.feedback,
+            "error": self.error,
+            "repeats": [{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
+        }
+
+
+async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int) -> RepeatedOutcome:
+    """`engine.run` once per repeat on a shuffled copy of the row (the same order before
+    and after within a repeat), to average out the ranker's position bias."""
+    orders = [repeat_order(seed, row, i) for i in range(repeats)]
+    outcomes = await asyncio.gather(*(engine.run(replace(row, candidates=order)) for order in orders))
+    return RepeatedOutcome(row.query_id, row.target_id,
+                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes)))

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset, row_names
-from pytest_geo.geo import GeoOutcome
+from pytest_geo.geo import GeoOutcome, RepeatedOutcome
 from pytest_geo.procedures import running_with
 from pytest_geo.scoring import MetricReturnError, Score, normalize, shorten_repr
 from pytest_geo.suite_files import SuiteFileError, load_suite_file
@@ -159,7 +159,7 @@ class GeoRowItem(_GeoItem):
     def runtest(self) -> None:
         from pytest_geo.plugin import geo_session_of
 
-        outcome: GeoOutcome = geo_session_of(self.config).outcome(self.nodeid, self.row)
+        outcome: GeoOutcome | RepeatedOutcome = geo_session_of(self.config).outcome(self.nodeid, self.row)
         self.geo_record = {**self._base_record("geo", GEO_METRIC), "dataset": self.row.path, **outcome.record(),
                            "target_was_chosen": self.row.target_was_chosen}
         if outcome.error is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any, Callable, Generator
 
@@ -18,7 +19,10 @@ from pytest_geo.items import (
 )
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
-from pytest_geo.report import Results, build_report, terminal_lines, write_json_atomic
+from pytest_geo.baseline import BaselineError, load_baseline
+from pytest_geo.html_report import write_html_report
+from pytest_geo.metadata import run_metadata
+from pytest_geo.report import Results, build_report, junit_properties, terminal_lines, write_json_atomic
 from pytest_geo.session import GeoSession
 from pytest_geo.llm.usage import merge_usage, usage_lines
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
@@ -148,6 +152,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="neither read nor write the model-answer cache.")
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
 
+    group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
+                    help="run each GEO row K times, each with its own seeded candidate order, and "
+                         "average them (ini: geo_repeats; default: 1).")
+    group.addoption("--geo-baseline", metavar="PATH", default=None,
+                    help="compare this run with an earlier --geo-report JSON file.")
+    group.addoption("--geo-fail-on-regression", action="store_true", default=False,
+                    help="with --geo-baseline: fail the run when a suite drops significantly "
+                         "(paired sign test p < 0.05 and mean difference < 0).")
+    group.addoption("--geo-html", metavar="PATH", default=None,
+                    help="write a self-contained HTML report to PATH.")
+    parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
+
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
     """The command line wins, then the ini file; ini values are validated like flags."""
@@ -187,6 +203,7 @@ def _settings(config: pytest.Config) -> Settings:
     settings.max_retries = settings.max_retries if retries is None else retries
     strict = config.getoption("geo_strict_facts")
     settings.strict_facts = bool(config.getini("geo_strict_facts") if strict is None else strict)
+    settings.repeats = _pick(config, "geo_repeats", "geo_repeats", positive_int) or 1
     return settings
 
 
@@ -213,9 +230,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RESULTS].min_scores = dict(config.getoption("geo_min_score"))
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
+    _load_baseline(config)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
+
+
+def _load_baseline(config: pytest.Config) -> None:
+    path = config.getoption("geo_baseline")
+    if config.getoption("geo_fail_on_regression") and not path:
+        raise pytest.UsageError("--geo-fail-on-regression needs --geo-baseline PATH to compare with")
+    if path and not _is_xdist_worker(config):
+        results = config.stash[RESULTS]
+        try:
+            results.baseline = load_baseline(config.invocation_params.dir / path, display=path)
+        except BaselineError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        results.baseline_path = path
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -280,9 +311,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     one at a time): the model work overlaps while items report in pytest's order."""
     geo = session.config.stash.get(SESSION, None)
     if geo is not None and not _is_xdist_worker(session.config):
-        for item in session.items:
-            if isinstance(item, GeoRowItem):
-                geo.schedule(item.nodeid, item.row)
+        geo.schedule_many([(item.nodeid, item.row) for item in session.items if isinstance(item, GeoRowItem)])
     return (yield)
 
 
@@ -302,6 +331,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record = getattr(item, "geo_record", None)
     if call.when == "call" and record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
+        item.user_properties.extend(junit_properties(record))  # on the teardown report, read by --junitxml
     return report
 
 
@@ -312,6 +342,8 @@ class GeoCollector:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.results = config.stash[RESULTS]
+        self.started = time.time()
+        self.clock = time.perf_counter()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "geo_record", None)
@@ -327,10 +359,16 @@ class GeoCollector:
         if _is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return
+        self.results.metadata = run_metadata(settings_of(self.config), self.started, time.perf_counter() - self.clock)
         path = self.config.getoption("geo_report")
         if path:
             write_json_atomic(Path(path), build_report(self.results))
-        if self.results.below_threshold() and session.exitstatus == pytest.ExitCode.OK:
+        html_path = self.config.getoption("geo_html")
+        if html_path and not self.results.empty:
+            write_html_report(Path(html_path), build_report(self.results))
+        failing = self.results.below_threshold() or (
+            self.config.getoption("geo_fail_on_regression") and self.results.regressions())
+        if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -347,6 +385,8 @@ class GeoCollector:
             terminalreporter.write_line("model usage:")
             for line in usage_lines(self.results.usage):
                 terminalreporter.write_line(f"  {line}")
+        if self.config.getoption("geo_html"):
+            terminalreporter.write_line(f"HTML report written to {self.config.getoption('geo_html')}")
         for line in terminal_lines(self.results, show_split=settings_of(self.config).split == "all"):
             terminalreporter.write_line(line)
 

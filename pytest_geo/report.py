@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from pytest_geo.baseline import Comparison, compare
 from pytest_geo.scoring import Summary, summarize
+from pytest_geo.stats import confidence_interval, movement
 from pytest_geo.suites import GEO_METRIC
 
 REPORT_FORMAT_VERSION = 1
@@ -27,6 +29,7 @@ class SuiteResult:
     summary: Summary
     feedback: str
     threshold: float | None
+    scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -44,7 +47,17 @@ class SuiteResult:
         }
         if self.metric == GEO_METRIC:
             data.update(self.summary.as_geo())
+        data.update(statistics(self.summary, self.scores, geo=self.metric == GEO_METRIC))
         return data
+
+
+def statistics(summary: Summary, scores: Iterable[float], geo: bool) -> dict[str, Any]:
+    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test."""
+    ci = confidence_interval(summary.mean, summary.stderr, summary.n)
+    data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None}
+    if geo:
+        data.update(movement(scores).as_json())
+    return data
 
 
 def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
@@ -72,6 +85,9 @@ class Results:
     records: list[dict[str, Any]] = field(default_factory=list)
     min_scores: dict[str, float] = field(default_factory=dict)
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
+    metadata: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+    baseline_path: str | None = None
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -94,17 +110,31 @@ class Results:
             scored = [r for r in sorted(records, key=_order) if r["kind"] in SCORED]
             threshold = self.min_scores.get(suite, records[0].get("threshold"))
             feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
-            results.append(SuiteResult(suite, metric, split, summarize(r["score"] for r in scored), feedback, threshold))
+            values = tuple(float(r["score"]) for r in scored)
+            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values))
         return results
 
     def geo_suites(self) -> dict[str, Summary]:
         return {s.suite: s.summary for s in self.suites() if s.metric == GEO_METRIC}
+
+    def geo_suite_results(self) -> dict[str, SuiteResult]:
+        """Keyed like `geo_suites()`, with the scores the statistics need."""
+        return {s.suite: s for s in self.suites() if s.metric == GEO_METRIC}
 
     def geo_overall(self) -> Summary:
         return summarize(r["score"] for r in self.records if r["kind"] == "geo")
 
     def below_threshold(self) -> list[SuiteResult]:
         return [s for s in self.suites() if s.below_threshold]
+
+    def comparisons(self) -> list[Comparison]:
+        if self.baseline is None:
+            return []
+        scored = [r for r in self.records if r["kind"] in SCORED]
+        return compare([s.as_json() for s in self.suites()], scored, self.baseline)
+
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons() if c.regression]
 
 
 def _order(record: Mapping[str, Any]) -> tuple[str, str, int, int]:
@@ -116,9 +146,18 @@ def format_geo_line(label: str, summary: Summary) -> str:
     return f"{label}: n={metrics['n']} " + " ".join(f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:])
 
 
+def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
+    stats = statistics(summary, scores, geo=True)
+    ci = "n/a" if stats["ci95"] is None else "[{:.4f}, {:.4f}]".format(*stats["ci95"])
+    return (f"  ci95={ci} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
+            f"{stats['moved_down']:.2f} sign_test_p={stats['sign_test_p']:.4g}")
+
+
 def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
     """The GEO block, threshold verdicts, then Kedi's `Evals:` block, last."""
-    lines = [format_geo_line(name, summary) for name, summary in results.geo_suites().items()]
+    lines = []
+    for name, suite in results.geo_suite_results().items():
+        lines += [format_geo_line(name, suite.summary), format_stats_line(suite.summary, suite.scores)]
     if len(results.geo_suites()) > 1:
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     lines += fact_lines(results)
@@ -128,6 +167,7 @@ def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
         lines.append(
             f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, below its threshold {failed.threshold:.4f}"
         )
+    lines += baseline_lines(results)
     lines.append("Evals:")
     for suite in results.suites():
         split = f" [{suite.split}]" if show_split else ""
@@ -136,7 +176,46 @@ def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
     return lines
 
 
+def baseline_lines(results: Results) -> list[str]:
+    comparisons = results.comparisons()
+    if results.baseline is None:
+        return []
+    lines = [f"baseline {results.baseline_path}:"]
+    for c in comparisons:
+        lines.append(f"  {c.summary()}")
+    for c in comparisons:
+        if c.regression and c.paired is not None:
+            lines.append(f"REGRESSION: {c.label} dropped against the baseline "
+                         f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})")
+    return lines
+
+
+def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, object]]:
+    """What a row's JUnit XML test case carries (values become text there)."""
+    names: tuple[str, ...]
+    if record["kind"] == "geo":
+        names = ("score", "rank_before", "rank_after", "rank_improvement", "feedback")
+    elif record["kind"] == "suite":
+        names = ("score", "feedback")
+    else:
+        return []
+    return [(name, "" if record.get(name) is None else record[name]) for name in names]
+
+
 def build_report(results: Results) -> dict[str, Any]:
+    report = _build_report(results)
+    report["geo"]["statistics"] = {
+        "overall": statistics(results.geo_overall(), [r["score"] for r in results.records if r["kind"] == "geo"], True),
+        "datasets": {name: statistics(s.summary, s.scores, True) for name, s in results.geo_suite_results().items()},
+    }
+    if results.metadata is not None:
+        report["metadata"] = results.metadata
+    if results.baseline is not None:
+        report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()]}
+    return report
+
+
+def _build_report(results: Results) -> dict[str, Any]:
     suites = results.suites()
     return {
         "format_version": REPORT_FORMAT_VERSION,

@@ -4,10 +4,11 @@ the client, the runner, and each row's pending outcome."""
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Iterable
+import functools
+from typing import Awaitable, Iterable
 
 from pytest_geo.data import GeoRow
-from pytest_geo.geo import GeoEngine, GeoOutcome
+from pytest_geo.geo import GeoEngine, GeoOutcome, RepeatedOutcome, run_repeats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
 from pytest_geo.llm.usage import UsageClient
@@ -28,16 +29,27 @@ class GeoSession:
         self.client: ChatClient = self.usage
         self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
         self.runner = Runner(settings.concurrency)
-        self._futures: dict[str, concurrent.futures.Future[GeoOutcome]] = {}
         self.engine.strict_facts = settings.strict_facts
+        self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome]] = {}
 
-    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome]:
+    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
         future = self._futures.get(key)
         if future is None:
-            future = self._futures[key] = self.runner.submit(lambda: self.engine.run(row))
+            future = self._futures[key] = self.runner.submit(lambda: self._run(row))
         return future
 
-    def outcome(self, key: str, row: GeoRow) -> GeoOutcome:
+    def schedule_many(self, rows: list[tuple[str, GeoRow]]) -> None:
+        """Schedule many rows with one hand-over to the runner's loop."""
+        fresh = [(key, row) for key, row in rows if key not in self._futures]
+        futures = self.runner.submit_many([functools.partial(self._run, row) for _, row in fresh])
+        self._futures.update((key, future) for (key, _), future in zip(fresh, futures))
+
+    def _run(self, row: GeoRow) -> Awaitable[GeoOutcome | RepeatedOutcome]:
+        if self.settings.repeats > 1:
+            return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
+        return self.engine.run(row)
+
+    def outcome(self, key: str, row: GeoRow) -> GeoOutcome | RepeatedOutcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
         finished rows do not pile up in memory."""
         future = self.schedule(key, row)
@@ -50,7 +62,11 @@ class GeoSession:
         keyed = [(f"{row.path}:{row.line}", row) for row in rows]
         for key, row in keyed:
             self.schedule(key, row)
-        return [self.outcome(key, row) for key, row in keyed]
+        outcomes = [self.outcome(key, row) for key, row in keyed]
+        single = [o for o in outcomes if isinstance(o, GeoOutcome)]
+        if len(single) != len(outcomes):
+            raise ValueError("evaluate() gives one outcome per row: use it with repeats = 1")
+        return single
 
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()

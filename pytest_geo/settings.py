@@ -45,3 +45,4 @@ class Settings:
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
+    repeats: int = 1

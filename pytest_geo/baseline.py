@@ -1,0 +1,107 @@
+"""Comparing a run with an earlier JSON report: per suite the score difference, and a
+paired comparison over the rows both runs scored (matched by suite and node id)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from pytest_geo.stats import Paired, paired
+
+ALPHA = 0.05
+
+
+class BaselineError(Exception):
+    """The baseline report cannot be read or is not a pytest-geo report; names the file."""
+
+
+def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any]:
+    """Read and check a baseline report; every problem names the file as the user gave it."""
+    path = Path(path)
+    name = display or str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BaselineError(f"--geo-baseline: baseline report not found: {name}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"--geo-baseline: cannot read baseline report {name}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"--geo-baseline: {name} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    problem = _shape_problem(data)
+    if problem:
+        raise BaselineError(f"--geo-baseline: {name} is not a pytest-geo report: {problem}")
+    return data
+
+
+def _shape_problem(data: Any) -> str | None:
+    """Only what the comparison reads, so reports from older versions still compare."""
+    if not isinstance(data, dict):
+        return "expected a JSON object"
+    for key, fields in (("suites", ("suite", "metric", "split", "score")), ("rows", ("suite", "nodeid", "score"))):
+        entries = data.get(key)
+        if not isinstance(entries, list):
+            return f"{key!r} is missing or not a list"
+        for index, entry in enumerate(entries):
+            missing = [f for f in fields if not isinstance(entry, dict) or f not in entry]
+            if missing:
+                return f"{key}[{index}] has no {missing[0]!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    suite: str
+    metric: str
+    split: str
+    score: float
+    baseline_score: float | None
+    paired: Paired | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.suite}::{self.metric}"
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.baseline_score is None else self.score - self.baseline_score
+
+    @property
+    def regression(self) -> bool:
+        """A statistically significant drop: paired mean difference < 0 and p < 0.05."""
+        return self.paired is not None and self.paired.significant_drop(ALPHA)
+
+    def summary(self) -> str:
+        if self.baseline_score is None:
+            return f"{self.label} [{self.split}]: {self.score:.4f}, not in the baseline"
+        text = f"{self.label} [{self.split}]: {self.score:.4f} vs {self.baseline_score:.4f} (diff {self.diff:+.4f})"
+        if self.paired is not None:
+            p = self.paired
+            text += (f"; paired n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
+                     f"sign_test_p={p.sign_test_p:.4g}")
+        return text
+
+    def as_json(self) -> dict[str, Any]:
+        return {"suite": self.suite, "metric": self.metric, "split": self.split, "score": self.score,
+                "baseline_score": self.baseline_score, "diff": self.diff,
+                "paired": self.paired.as_json() if self.paired is not None else None,
+                "regression": self.regression}
+
+
+def compare(
+    suites: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]
+) -> list[Comparison]:
+    before_suites = {(s["suite"], s["metric"], s["split"]): float(s["score"]) for s in baseline["suites"]}
+    before_rows = {(r["suite"], r["nodeid"]): float(r["score"]) for r in baseline["rows"]}
+    by_suite: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_suite.setdefault((row["suite"], row["split"]), []).append(row)
+    comparisons = []
+    for s in suites:
+        matched = [(float(r["score"]), before_rows[(r["suite"], r["nodeid"])])
+                   for r in by_suite.get((s["suite"], s["split"]), ()) if (r["suite"], r["nodeid"]) in before_rows]
+        pairs = paired([a for a, _ in matched], [b for _, b in matched]) if matched else None
+        comparisons.append(Comparison(s["suite"], s["metric"], s["split"], float(s["score"]),
+                                      before_suites.get((s["suite"], s["metric"], s["split"])), pairs))
+    return comparisons

@@ -1,0 +1,69 @@
+"""Run metadata for the JSON report: what produced these numbers (models, server host,
+prompt hashes, seed, versions, timing). Never a key and never a full URL."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from datetime import datetime, timezone
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pytest_geo.settings import Settings
+
+PACKAGES = ("pytest-geo", "pytest", "openai")
+
+
+def base_url_host(url: str | None) -> str | None:
+    """Only the host name: user info, port, path and query (which may hold secrets) go."""
+    if not url:
+        return None
+    try:
+        return urlsplit(url if "//" in url else f"//{url}").hostname
+    except ValueError:
+        return None
+
+
+def prompt_hashes(directory: Path) -> dict[str, str]:
+    if not directory.is_dir():
+        return {}
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.glob("*.txt")) if p.is_file()}
+
+
+def versions() -> dict[str, str | None]:
+    """Imported modules' own versions where they are loaded (importlib.metadata scans
+    every installed distribution, which is slow)."""
+    import pytest
+
+    from pytest_geo import __version__
+
+    found: dict[str, str | None] = {"pytest-geo": __version__, "pytest": pytest.__version__}
+    openai = sys.modules.get("openai")
+    if openai is not None and isinstance(getattr(openai, "__version__", None), str):
+        found["openai"] = openai.__version__
+    for name in (p for p in PACKAGES if p not in found):
+        try:
+            found[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            found[name] = None
+    found["python"] = platform.python_version()
+    return found
+
+
+def run_metadata(settings: Settings, started: float, duration: float) -> dict[str, Any]:
+    return {
+        "models": dict(settings.models),
+        "mock": settings.mock,
+        "base_url_host": None if settings.mock else base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")),
+        "prompts_dir": str(settings.prompts_dir),
+        "prompts_sha256": prompt_hashes(settings.prompts_dir),
+        "seed": settings.seed,
+        "repeats": settings.repeats,
+        "versions": versions(),
+        "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        "duration_s": round(duration, 3),
+    }

@@ -1,0 +1,122 @@
+"""Real xdist workers give the same aggregates, report, JUnit properties and exit status
+as a single process."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("xdist")
+
+FLAKY_CONFTEST = '''
+from pytest_geo.llm.mock import MockClient
+
+class Flaky(MockClient):
+    async def complete(self, request):
+        if request.role == "ranker" and "travel" in request.context.get("query", ""):
+            raise RuntimeError("ranker down")
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return Flaky()
+'''
+
+SUITE = '''
+import pytest_geo
+
+answer_eval = pytest_geo.suite(
+    "answer",
+    data={"questions": [(str(i), {"answer": str(i % 3)}) for i in range(9)]},
+    threshold=0.9,
+)
+
+@answer_eval.metric
+def exact(questions, expected):
+    if questions == "4":
+        raise ValueError("no answer for 4")
+    return questions[-1] in "0369", f"q{questions}"
+'''
+
+
+def junit_properties(path: Path) -> dict[str, dict[str, str]]:
+    root = ET.parse(path).getroot()
+    return {f"{case.get('classname')}::{case.get('name')}": {p.get("name"): p.get("value") for p in case.iter("property")}
+            for case in root.iter("testcase")}
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """The report apart from ordering and timings."""
+    report = dict(report)
+    report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
+    report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
+    report["suites"] = sorted(report["suites"], key=lambda s: (s["suite"], s["split"]))
+    return report
+
+
+def geo_summary(result: pytest.RunResult) -> list[str]:
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "pytest-geo evaluation" in line)
+    return [line for line in lines[start + 1:] if not line.startswith(("report written", "="))]
+
+
+@pytest.fixture
+def project(geo_project: pytest.Pytester) -> pytest.Pytester:
+    geo_project.makeconftest(FLAKY_CONFTEST)
+    geo_project.makepyfile(test_answer=SUITE)
+    return geo_project
+
+
+def run(project: pytest.Pytester, workers: str, name: str) -> pytest.RunResult:
+    return project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", workers, "data/smoke.jsonl", "test_answer.py", "--geo-mock",
+        "--geo-report", f"{name}.json", "--junitxml", f"{name}.xml",
+    )
+
+
+def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> None:
+    single = run(project, "0", "single")
+    spread = run(project, "2", "spread")
+    single.assert_outcomes(passed=15, failed=2)
+    spread.assert_outcomes(passed=15, failed=2)
+    spread.stdout.fnmatch_lines(["*2 workers*"])
+    assert single.ret == spread.ret == pytest.ExitCode.TESTS_FAILED
+    assert geo_summary(single) == geo_summary(spread)
+    assert "FAILED threshold: answer::exact scored 0.3333, below its threshold 0.9000" in geo_summary(spread)
+
+    reports = [json.loads((project.path / f"{name}.json").read_text()) for name in ("single", "spread")]
+    assert comparable(reports[0]) == comparable(reports[1])
+    assert reports[1]["geo"]["datasets"]["data/smoke.jsonl"]["n"] == 8
+    assert len(reports[1]["rows"]) == 17
+
+    properties = [junit_properties(project.path / f"{name}.xml") for name in ("single", "spread")]
+    assert properties[0] == properties[1]
+    assert properties[1]["data.smoke.jsonl::q2"] == {
+        "score": "2.0", "rank_before": "3", "rank_after": "1", "rank_improvement": "2", "feedback": "rank 3 -> 1"}
+    assert properties[1]["data.smoke.jsonl::q1"]["feedback"] == "error: ranker down"
+    assert properties[1]["data.smoke.jsonl::q1"]["rank_before"] == ""
+    assert properties[1]["test_answer.answer::train[3]"] == {"score": "1.0", "feedback": "q3"}
+    assert properties[1]["test_answer.answer::train[4]"] == {"score": "0.0", "feedback": "error: ValueError: no answer for 4"}
+
+
+def test_plugin_works_without_xdist(geo_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    code = (
+        "import sys\n"
+        "class NoXdist:  # importing xdist fails, as if it were not installed\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'xdist':\n"
+        "            raise ImportError('no xdist here')\n"
+        "sys.meta_path.insert(0, NoXdist())\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['-p', 'geo', '-p', 'no:cacheprovider', 'data/smoke.jsonl', '--geo-mock',\n"
+        "                      '--junitxml', 'j.xml']))\n"
+    )
+    result = geo_project.run(sys.executable, "-c", code)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["- data/smoke.jsonl::rank_improvement: 2.0000*", "*8 passed*"])
+    assert junit_properties(geo_project.path / "j.xml")["data.smoke.jsonl::q3"]["rank_improvement"] == "2"
