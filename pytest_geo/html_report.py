@@ -6,12 +6,12 @@ escaped; the script holds no data, it only sorts the table already in the page."
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections import Counter
 from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from pytest_geo.files import write_text_atomic
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
@@ -202,13 +202,4 @@ def render_html(report: Mapping[str, Any]) -> str:
 
 
 def write_html_report(path: Path, report: Mapping[str, Any]) -> None:
-    """Written beside the target, then renamed, like the JSON report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(render_html(report))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, render_html(report))

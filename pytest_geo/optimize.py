@@ -16,10 +16,7 @@ import asyncio
 import hashlib
 import importlib.util
 import json
-import os
-import stat
 import sys
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, TextIO
 
 from pytest_geo.answers import AnswerError, extract_json_object
 from pytest_geo.data import GeoRow, RowProblem, iter_dataset
+from pytest_geo.files import write_text_atomic
 from pytest_geo.geo import GeoEngine
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.factory import build_client
@@ -490,28 +488,6 @@ def load_examples(path: Path, split: str, seed: int) -> list[Example]:
     return [Example(split, row_key(row), row.label, row) for row in rows]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a temporary file beside `path`, then rename it over `path`: readers see the
-    old or the new file, never a partial one. An existing file keeps its permissions."""
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class OptimizeOptions:
     train: Path | None = None
@@ -646,7 +622,7 @@ def search_and_write(
         "validation_call_bound": m + 2 * k * m if task.component == REWRITER else None,
         "applied": False,
     }
-    write_atomic(outputs.candidate, best.template)
+    write_text_atomic(outputs.candidate, best.template)
     working = outputs.working
     applied = False
     if options.apply and best.template != current:
@@ -656,10 +632,10 @@ def search_and_write(
         elif working.read_bytes() != original:
             print(f"egeo: warning: {working} changed during the run; not applied", file=sys.stderr)
         else:
-            write_atomic(working, best.template)
+            write_text_atomic(working, best.template)
             applied = True
     scores["applied"] = applied
-    write_atomic(outputs.scores, json.dumps(scores, indent=2, sort_keys=False) + "\n")
+    write_text_atomic(outputs.scores, json.dumps(scores, indent=2, sort_keys=False) + "\n")
 
     stop_text = {
         "iterations": f"{options.iters} iterations done",

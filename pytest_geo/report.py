@@ -4,13 +4,12 @@ summary (GEO metrics, Kedi's `Evals:` block, thresholds) and the JSON report."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_geo.baseline import Comparison, compare
+from pytest_geo.files import write_text_atomic
 from pytest_geo.scoring import Summary, summarize
 from pytest_geo.stats import confidence_interval, movement
 from pytest_geo.suites import GEO_METRIC
@@ -232,17 +231,7 @@ def _build_report(results: Results) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write beside the target, then rename: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
 
 
 def fact_violation_rate(results: Results) -> tuple[int, int, float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from html.parser import HTMLParser
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import jsonschema

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_geo.files import write_text_atomic
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 CACHE_FORMAT = 1
@@ -72,19 +71,9 @@ class ResponseCache:
         entry = {"key": key, "model": model, "text": response.text,
                  "prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=target.parent)
+            write_text_atomic(target, json.dumps(entry, ensure_ascii=False, sort_keys=True), durable=False)
         except OSError:
             return
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
-            os.replace(tmp, target)
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
 
 class CachedClient:
