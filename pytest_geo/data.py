@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Union
 
 import jsonschema
+
+from pytest_geo.validation import error_path, validator
 
 MAX_MESSAGE = 200
 
@@ -62,12 +62,8 @@ class DatasetError(Exception):
     """The dataset file as a whole cannot be read (missing, a directory, unreadable)."""
 
 
-@lru_cache(maxsize=None)
 def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/geo_row.schema.json").read_text("utf-8"))
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+    return validator("geo_row.schema.json")
 
 
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -75,10 +71,7 @@ def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def _where(error: jsonschema.ValidationError) -> str:
-    parts = ""
-    for part in error.absolute_path:
-        parts += f"[{part}]" if isinstance(part, int) else (f".{part}" if parts else str(part))
-    return parts or "row"
+    return error_path(error, "row")
 
 
 def _schema_problem(error: jsonschema.ValidationError) -> str:

@@ -4,9 +4,6 @@ a `module:function` the file names explicitly."""
 from __future__ import annotations
 
 import importlib
-import json
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,23 +11,15 @@ import jsonschema
 import yaml
 
 from pytest_geo.suites import GEO_METRIC, Suite, SuiteError
+from pytest_geo.validation import error_path, validator
 
 
 class SuiteFileError(Exception):
     """A suite file that cannot be used; the message names the file and the field."""
 
 
-@lru_cache(maxsize=None)
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/suite.schema.json").read_text("utf-8"))
-    return jsonschema.validators.validator_for(schema)(schema)
-
-
 def _field(error: jsonschema.ValidationError) -> str:
-    text = ""
-    for part in error.absolute_path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
+    return error_path(error, "(top level)")
 
 
 def _problem(error: jsonschema.ValidationError) -> str:
@@ -72,7 +61,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SuiteFileError(f"{shown}{where}: invalid YAML: {problem}") from None
-    errors = sorted(_validator().iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message))
+    errors = sorted(validator("suite.schema.json").iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message))
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise SuiteFileError(f"{shown}: {_field(error)}: {_problem(error)}")
