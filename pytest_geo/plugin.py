@@ -120,13 +120,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="most model requests and rows in flight at once (ini: geo_concurrency; default: 16).")
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help="retries of a failed model call (ini: geo_max_retries; default: 4).")
-
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
                     help="suite rows to score: test (test_data, else data; default), train (data), "
                          "or all (both, reported separately) (ini: geo_split).")
     group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
                     help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
                          "suite's own threshold.")
+    group.addoption("--geo-strict-facts", action="store_true", default=None,
+                    help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
+                         "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
+    group.addoption("--geo-cache-dir", metavar="DIR", default=None,
+                    help="directory of the model-answer cache (ini: geo_cache_dir; "
+                         "default: the pytest cache, <rootdir>/.pytest_cache/d/geo).")
+    group.addoption("--geo-no-cache", action="store_true", default=False,
+                    help="neither read nor write the model-answer cache.")
+    group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
+                    help="run each GEO row K times, each with its own seeded candidate order, and "
+                         "average them (ini: geo_repeats; default: 1).")
+    group.addoption("--geo-baseline", metavar="PATH", default=None,
+                    help="compare this run with an earlier --geo-report JSON file.")
+    group.addoption("--geo-fail-on-regression", action="store_true", default=False,
+                    help="with --geo-baseline: fail the run when a suite drops significantly "
+                         "(paired sign test p < 0.05 and mean difference < 0).")
+    group.addoption("--geo-html", metavar="PATH", default=None,
+                    help="write a self-contained HTML report to PATH.")
 
     parser.addini("geo_suite_files", "glob patterns of YAML suite files", type="args", default=["*.geo.yaml"])
     parser.addini("geo_split", "suite rows to score: test, train or all", default="")
@@ -140,28 +157,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
     parser.addini("geo_concurrency", "most model requests in flight at once", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
-    group.addoption("--geo-strict-facts", action="store_true", default=None,
-                    help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
-                         "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
-
-    group.addoption("--geo-cache-dir", metavar="DIR", default=None,
-                    help="directory of the model-answer cache (ini: geo_cache_dir; "
-                         "default: the pytest cache, <rootdir>/.pytest_cache/d/geo).")
-    group.addoption("--geo-no-cache", action="store_true", default=False,
-                    help="neither read nor write the model-answer cache.")
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
-
-    group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
-                    help="run each GEO row K times, each with its own seeded candidate order, and "
-                         "average them (ini: geo_repeats; default: 1).")
-    group.addoption("--geo-baseline", metavar="PATH", default=None,
-                    help="compare this run with an earlier --geo-report JSON file.")
-    group.addoption("--geo-fail-on-regression", action="store_true", default=False,
-                    help="with --geo-baseline: fail the run when a suite drops significantly "
-                         "(paired sign test p < 0.05 and mean difference < 0).")
-    group.addoption("--geo-html", metavar="PATH", default=None,
-                    help="write a self-contained HTML report to PATH.")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
 
 
