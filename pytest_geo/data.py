@@ -6,11 +6,12 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
-import jsonschema
+from pytest_geo.validation import error_path, first_error, validator
 
-from pytest_geo.validation import error_path, validator
+if TYPE_CHECKING:
+    import jsonschema
 
 MAX_MESSAGE = 200
 
@@ -129,7 +130,7 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
     except UnicodeEncodeError as exc:
         return RowProblem(path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string")
     query_id = _query_id(obj)
-    error = None if _plainly_valid(obj) else jsonschema.exceptions.best_match(_validator().iter_errors(obj))
+    error = None if _plainly_valid(obj) else first_error("geo_row.schema.json", obj)
     if error is not None:
         return RowProblem(path, line_no, _schema_problem(error), query_id)
     ids = [c["id"] for c in obj["candidates"]]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import jsonschema
-import yaml
 
 from pytest_geo.suites import GEO_METRIC, Suite, SuiteError
 from pytest_geo.validation import error_path, validator
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 class SuiteFileError(Exception):
@@ -54,6 +55,9 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteFileError(f"{shown}: cannot read suite file: {exc}") from None
+    import jsonschema
+    import yaml  # on first use: most runs have no suite files
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
