@@ -51,7 +51,6 @@ def test_split_train_and_all(pytester: pytest.Pytester) -> None:
 
 
 def test_falls_back_to_data_without_test_data(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_answer=SUITE.replace("test_data=", "_unused="))
     pytester.makepyfile(test_answer=SUITE.replace('    test_data={"questions": [("What is 2 + 2?", {"answer": "4"}), ("Capital of Peru?", {"answer": "Lima"})]},\n', ""))
     result = run(pytester, "--collect-only", "-q")
     result.stdout.fnmatch_lines(["test_answer.py::answer::train[[]0[]]", "test_answer.py::answer::train[[]1[]]"])
