@@ -89,12 +89,16 @@ def test_missing_dataset_is_a_usage_error(geo_project: pytest.Pytester, args: li
 
 def test_jsonl_files_are_not_collected_unless_named(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("--geo-mock", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.no_fnmatch_line("*smoke.jsonl::*")
 
 
 def test_disabling_the_plugin(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("-p", "no:geo", "--collect-only", "-q", "data/smoke.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # nothing collects a .jsonl file any more
+    result.stderr.fnmatch_lines(["ERROR: not found: */data/smoke.jsonl"])
     result.stdout.no_fnmatch_line("*smoke.jsonl::q1*")
+    assert geo_project.runpytest("-p", "no:geo", "--geo-mock").ret == pytest.ExitCode.USAGE_ERROR  # no such flag
 
 
 def test_items_carry_the_registered_geo_marker(geo_project: pytest.Pytester) -> None:
