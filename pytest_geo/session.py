@@ -27,9 +27,10 @@ class GeoSession:
         # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
         self.usage = UsageClient(with_cache(BoundedClient(backend, settings.concurrency), backend, settings))
         self.client: ChatClient = self.usage
-        self.engine = GeoEngine(self.prompts, self.client, settings.models, settings.temperature)
+        self.engine = GeoEngine(
+            self.prompts, self.client, settings.models, settings.temperature, strict_facts=settings.strict_facts
+        )
         self.runner = Runner(settings.concurrency)
-        self.engine.strict_facts = settings.strict_facts
         self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome]] = {}
 
     def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
@@ -60,8 +61,7 @@ class GeoSession:
 
     def evaluate(self, rows: Iterable[GeoRow]) -> list[GeoOutcome]:
         keyed = [(f"{row.path}:{row.line}", row) for row in rows]
-        for key, row in keyed:
-            self.schedule(key, row)
+        self.schedule_many(keyed)
         outcomes = [self.outcome(key, row) for key, row in keyed]
         single = [o for o in outcomes if isinstance(o, GeoOutcome)]
         if len(single) != len(outcomes):
