@@ -102,8 +102,7 @@ def indented_json(listed: list[dict[str, str]]) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class GeoEngine:
@@ -220,6 +219,8 @@ def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:
     target = row.target
     violations = new_facts(f"{target.title}\n{target.description}", outcome.rewritten_description)
     return replace(outcome, fact_violations=tuple(violations))
+
+
 def repeat_order(seed: int, row: GeoRow, repeat: int) -> tuple[Candidate, ...]:
     """The candidates in a seeded order for one repeat: the same in every run and process
     (a string seed, never `hash()`), different per row and repeat."""
