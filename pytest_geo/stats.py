@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from pytest_geo.scoring import summarize
+
 __all__ = [
     "Movement",
     "Paired",
@@ -166,7 +168,5 @@ class Paired:
 
 def paired(now: Sequence[float], before: Sequence[float]) -> Paired:
     diffs = [float(a) - float(b) for a, b in zip(now, before, strict=True)]
-    n = len(diffs)
-    mean = math.fsum(diffs) / n if n else 0.0
-    stderr = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n >= 2 else 0.0
-    return Paired(n, mean, stderr, sum(1 for d in diffs if d > 0), sum(1 for d in diffs if d < 0))
+    summary, moved = summarize(diffs), movement(diffs)
+    return Paired(summary.n, summary.mean, summary.stderr, moved.up, moved.down)
