@@ -87,9 +87,13 @@ class Results:
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
+    # The summary, the thresholds, the baseline and both reports all read suites():
+    # computed once per set of records, not once per reader.
+    _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, record: dict[str, Any]) -> None:
         self.records.append(record)
+        self._suites = None
 
     @property
     def empty(self) -> bool:
@@ -100,6 +104,11 @@ class Results:
         return [r for r in self.records if r["kind"] == "problem"]
 
     def suites(self) -> list[SuiteResult]:
+        if self._suites is None:
+            self._suites = self._aggregate()
+        return self._suites
+
+    def _aggregate(self) -> list[SuiteResult]:
         groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for record in self.records:
             if record["kind"] != "problem":
@@ -114,7 +123,7 @@ class Results:
         return results
 
     def geo_suites(self) -> dict[str, Summary]:
-        return {s.suite: s.summary for s in self.suites() if s.metric == GEO_METRIC}
+        return {name: s.summary for name, s in self.geo_suite_results().items()}
 
     def geo_suite_results(self) -> dict[str, SuiteResult]:
         """Keyed like `geo_suites()`, with the scores the statistics need."""
