@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -12,9 +10,9 @@ import pytest
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset, row_names
 from pytest_geo.geo import GeoOutcome, RepeatedOutcome
 from pytest_geo.procedures import running_with
-from pytest_geo.scoring import MetricReturnError, Score, normalize, shorten_repr
+from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suite_files import SuiteFileError, load_suite_file
-from pytest_geo.suites import GEO_METRIC, Metric, Suite, SuiteError, load_rows, score_row, suites_in
+from pytest_geo.suites import GEO_METRIC, Metric, Suite, SuiteError, load_rows, score_metric, suites_in
 
 
 class GeoRowFailure(Exception):
@@ -200,20 +198,8 @@ class SuiteItem(_GeoItem):
     def _score(self) -> Score:
         from pytest_geo.plugin import geo_session_of
 
-        try:
-            with running_with(lambda: geo_session_of(self.config)):
-                returned = score_row(self.metric, self.value, self.expected)
-            if inspect.isawaitable(returned):
-                returned = asyncio.run(_await(returned))
-            return normalize(returned)
-        except MetricReturnError as exc:
-            return Score.from_error(str(exc))
-        except Exception as exc:  # a metric that raises scores 0.0; the other rows still run
-            return Score.from_error(f"{type(exc).__name__}: {exc}")
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+        with running_with(lambda: geo_session_of(self.config)):
+            return score_metric(self.metric, self.value, self.expected)
 
 
 class EmptySplitItem(_GeoItem):

@@ -32,10 +32,10 @@ from pytest_geo.llm.factory import build_client
 from pytest_geo.procedures import PromptProcedure, running_with, template_override, tracing
 from pytest_geo.prompts import REWRITER_VARS, TEMPLATES, PromptError, placeholders, render
 from pytest_geo.runner import Runner
-from pytest_geo.scoring import Score, normalize, summarize
+from pytest_geo.scoring import Score, summarize
 from pytest_geo.session import GeoSession
 from pytest_geo.settings import Settings
-from pytest_geo.suites import Metric, Suite, SuiteError, load_rows, score_row, suites_in
+from pytest_geo.suites import Metric, Suite, SuiteError, load_rows, score_metric, suites_in
 
 REWRITER = "rewriter_user"
 MINIBATCH = 3  # training rows per reflection step (GEPA's default)
@@ -691,16 +691,11 @@ class SuitePromptTask:
     async def score(self, template: str, example: Example) -> Scored:
         value, expected = example.row
 
-        def run_metric() -> tuple[Any, list[str]]:
+        def run_metric() -> tuple[Score, list[str]]:
             with running_with(lambda: self.session), template_override(self.procedure.name, template), tracing() as out:
-                return score_row(self.metric, value, expected), out
+                return score_metric(self.metric, value, expected), out
 
-        outputs: list[str] = []
-        try:
-            returned, outputs = await asyncio.to_thread(run_metric)
-            score = normalize(returned)
-        except Exception as exc:  # a metric that raises scores 0.0, as in a pytest run
-            score = Score.from_error(f"{type(exc).__name__}: {exc}")
+        score, outputs = await asyncio.to_thread(run_metric)
         return Scored(
             label=example.label,
             value=score.value,

@@ -3,6 +3,7 @@ optional held-out `test_data` under the same dataset name, and exactly one metri
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import keyword
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from pytest_geo.data import DatasetError, DatasetLine, iter_dataset
+from pytest_geo.scoring import MetricReturnError, Score, normalize
 
 Row = tuple[Any, Any]
 DatasetSpec = Union[Sequence[Row], Callable[[], Iterable[Row]], str, Path]
@@ -181,6 +183,25 @@ def score_row(metric: Metric, value: Any, expected: Any) -> Any:
     except (TypeError, ValueError):
         arity = 2
     return metric.fn(value) if arity == 1 else metric.fn(value, expected)
+
+
+def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
+    """One row's Score by Kedi's rules: the metric's return normalised (an awaitable is
+    awaited first); a metric that raises, or returns something else, scores 0.0 with
+    `error: ...` feedback, so the other rows still run."""
+    try:
+        returned = score_row(metric, value, expected)
+        if inspect.isawaitable(returned):
+            returned = asyncio.run(_await(returned))
+        return normalize(returned)
+    except MetricReturnError as exc:
+        return Score.from_error(str(exc))
+    except Exception as exc:
+        return Score.from_error(f"{type(exc).__name__}: {exc}")
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def load_rows(
