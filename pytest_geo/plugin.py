@@ -26,7 +26,16 @@ from pytest_geo.report import Results, build_report, junit_properties, terminal_
 from pytest_geo.session import GeoSession
 from pytest_geo.llm.usage import merge_usage, usage_lines
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
-from pytest_geo.suites import SPLITS, Suite, suites_in
+from pytest_geo.options import (
+    any_int,
+    min_score,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    split_mode,
+    temperature,
+)
+from pytest_geo.suites import Suite, suites_in
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION = pytest.StashKey["GeoSession | None"]()
@@ -34,63 +43,10 @@ RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey["set[Path]"]()
 
 
-def _convert(text: str, convert: Callable[[str], Any], what: str) -> Any:
-    try:
-        return convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-
-
-def _at_least(value: Any, text: str, minimum: float, strict: bool = False) -> Any:
-    if value < minimum or (strict and value == minimum):
-        bound = f"more than {minimum:g}" if strict else f"at least {minimum:g}"
-        raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
-    return value
-
-
-def any_int(text: str) -> int:
-    return _convert(text, int, "a whole number")
-
-
-def positive_int(text: str) -> int:
-    return _at_least(any_int(text), text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    return _at_least(any_int(text), text, 0)
-
-
-def positive_float(text: str) -> float:
-    return _at_least(_convert(text, float, "a number"), text, 0, strict=True)
-
-
-def temperature(text: str) -> float:
-    value = _convert(text, float, "a number")
-    if not 0 <= value <= 2:
-        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2")
-    return value
-
-
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from pytest_geo import newhooks
 
     pluginmanager.add_hookspecs(newhooks)
-
-
-def split_mode(text: str) -> str:
-    if text not in SPLITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(SPLITS)}")
-    return text
-
-
-def min_score(text: str) -> tuple[str, float]:
-    suite, sep, value = text.rpartition("=")
-    if not sep or not suite:
-        raise argparse.ArgumentTypeError(f"{text!r} is not SUITE=VALUE")
-    try:
-        return suite, float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
