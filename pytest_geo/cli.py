@@ -10,25 +10,24 @@ from typing import Sequence
 
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset
 from pytest_geo.llm.factory import ClientSetupError
+from pytest_geo.options import any_int, positive_int
 from pytest_geo.prompts import PromptError
 from pytest_geo.scoring import summarize
 from pytest_geo.session import GeoSession
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, Settings, mock_from_env
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
 
 
 def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
     parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
     parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"{seed_help} (default: {DEFAULT_SEED})")
-    parser.add_argument("--concurrency", type=_positive, default=16, metavar="N", help="most model requests in flight (default: 16)")
+    parser.add_argument("--seed", type=any_int, default=DEFAULT_SEED, help=f"{seed_help} (default: {DEFAULT_SEED})")
+    parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N", help="most model requests in flight (default: 16)")
     parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
+    parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
+    parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,10 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
     evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
-    evaluate.add_argument("--limit", type=_positive, default=None, metavar="N", help="evaluate only the first N rows")
+    evaluate.add_argument("--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
-    evaluate.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
-    evaluate.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
     _common(evaluate)
     optimize = commands.add_parser(
         "optimize-prompts",
@@ -50,13 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--suites", type=Path, default=None, metavar="FILE",
                           help="instead of --train/--val: a Python file whose prompt procedures marked "
                                "optimize=True are each scored by their same-named eval suite")
-    optimize.add_argument("--iters", type=_positive, default=3, metavar="N", help="proposals to try (default: 3)")
-    optimize.add_argument("--max-metric-calls", type=_positive, default=None, metavar="N",
+    optimize.add_argument("--iters", type=positive_int, default=3, metavar="N", help="proposals to try (default: 3)")
+    optimize.add_argument("--max-metric-calls", type=positive_int, default=None, metavar="N",
                           help="most row evaluations (one candidate on one row) in the search")
     optimize.add_argument("--apply", action="store_true", help="also replace rewriter_user.txt with the best candidate")
     optimize.add_argument("--optimizer-model", default=None, metavar="M", help="meta-optimizer model (env: META_MODEL)")
-    optimize.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
-    optimize.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
     _common(optimize, seed_help="seed for the search and for missing target_ids")
     return parser
 
@@ -90,8 +85,8 @@ def evaluate(args: argparse.Namespace) -> int:
         if outcome.error is not None:
             print(f"{args.dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
         if args.verbose:
-            print(json.dumps({k: outcome.record()[k] for k in
-                              ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")}))
+            record = outcome.record()
+            print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
     print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
     return 1 if problems or any(o.error is not None for o in outcomes) else 0
 
