@@ -313,12 +313,13 @@ class GeoCollector:
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return
         self.results.metadata = run_metadata(settings_of(self.config), self.started, time.perf_counter() - self.clock)
-        path = self.config.getoption("geo_report")
+        path, html_path = self.config.getoption("geo_report"), self.config.getoption("geo_html")
+        write_html = bool(html_path) and not self.results.empty
+        report = build_report(self.results) if path or write_html else None
         if path:
-            write_json_atomic(Path(path), build_report(self.results))
-        html_path = self.config.getoption("geo_html")
-        if html_path and not self.results.empty:
-            write_html_report(Path(html_path), build_report(self.results))
+            write_json_atomic(Path(path), report)
+        if write_html:
+            write_html_report(Path(html_path), report)
         failing = self.results.below_threshold() or (
             self.config.getoption("geo_fail_on_regression") and self.results.regressions())
         if failing and session.exitstatus == pytest.ExitCode.OK:
