@@ -48,7 +48,8 @@ class Runner:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
         self._thread.start()
         self._slots = asyncio.Semaphore(concurrency)
-        self._pending: set[concurrent.futures.Future[Any]] = set()
+        # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
+        self._pending: dict[concurrent.futures.Future[Any], None] = {}
         self._lock = threading.Lock()
         self.closed = False
 
@@ -61,7 +62,7 @@ class Runner:
         10,000 rows, one cross-thread call per row costs more than the mock's work."""
         futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in makers]
         with self._lock:
-            self._pending.update(futures)
+            self._pending.update(dict.fromkeys(futures))
         for future in futures:
             future.add_done_callback(self._forget)
         self._loop.call_soon_threadsafe(self._start_all, list(zip(makers, futures)))
@@ -87,7 +88,7 @@ class Runner:
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
-            self._pending.discard(future)
+            self._pending.pop(future, None)
 
     def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         """Run one coroutine on the loop and wait for it (outside the row bound)."""
@@ -98,9 +99,11 @@ class Runner:
         return asyncio.run_coroutine_threadsafe(wrap(), self._loop).result(timeout)
 
     def cancel_pending(self) -> int:
-        """Cancel every row not yet finished (after -x, --maxfail or Ctrl-C)."""
+        """Cancel every row not yet finished (after -x, --maxfail or Ctrl-C), newest
+        first: rows wait for slots in submission order, so every waiting row is cancelled
+        before a running one frees its slot."""
         with self._lock:
-            pending = list(self._pending)
+            pending = list(reversed(self._pending))
         return sum(1 for future in pending if future.cancel())
 
     def close(self, client: ChatClient | None = None) -> None:
