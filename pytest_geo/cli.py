@@ -24,7 +24,7 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
     parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
     parser.add_argument("--seed", type=any_int, default=DEFAULT_SEED, help=f"{seed_help} (default: {DEFAULT_SEED})")
-    parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N", help="most model requests in flight (default: 16)")
+    parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N", help="most rows in flight, at most 2N model requests (default: 16)")
     parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
     parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
     parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")

@@ -73,7 +73,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
                     help="timeout for each model call (ini: geo_timeout; default: 60).")
     group.addoption("--geo-concurrency", type=positive_int, default=None, metavar="N",
-                    help="most model requests and rows in flight at once (ini: geo_concurrency; default: 16).")
+                    help="most rows in flight at once; each makes at most 2 model calls at a time, so at "
+                         "most 2N requests (ini: geo_concurrency; default: 16).")
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help="retries of a failed model call (ini: geo_max_retries; default: 4).")
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
@@ -111,7 +112,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("geo_temperature", "sampling temperature", default="")
     parser.addini("geo_base_url", "OpenAI-compatible server URL", default="")
     parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
-    parser.addini("geo_concurrency", "most model requests in flight at once", default="")
+    parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests)", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")

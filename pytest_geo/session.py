@@ -16,6 +16,8 @@ from pytest_geo.prompts import PromptSet, load_prompts
 from pytest_geo.runner import BoundedClient, Runner
 from pytest_geo.settings import Settings
 
+REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
+
 
 class GeoSession:
     """Built on first need, so runs without GEO rows never load prompts or need a key."""
@@ -25,7 +27,11 @@ class GeoSession:
         self.prompts: PromptSet = load_prompts(settings.prompts_dir)
         backend = client or build_client(settings)
         # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
-        self.usage = UsageClient(with_cache(BoundedClient(backend, settings.concurrency), backend, settings))
+        # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
+        # the rewrite), so 2N request slots never hold a plain row back, and they still
+        # bound --geo-repeats (K experiments per row) and anything else sharing the client.
+        requests = REQUESTS_PER_ROW * settings.concurrency
+        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
         self.client: ChatClient = self.usage
         self.engine = GeoEngine(
             self.prompts, self.client, settings.models, settings.temperature, strict_facts=settings.strict_facts

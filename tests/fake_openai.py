@@ -128,6 +128,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        """`/stats`: what the server saw, for a client in another process (the bench)."""
+        if self.path.rstrip("/").endswith("/stats"):
+            with self.server.lock:
+                stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight}
+            self._send(200, stats)
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)

@@ -16,11 +16,28 @@ def report(project: GeoProject, name: str = "rep.json") -> dict:
 
 
 def test_concurrency_bound_holds(served_project: GeoProject) -> None:
+    # 4 rows in flight, each with rank_before and the rewrite in flight together: more
+    # than 4 requests at once proves rows overlap and calls overlap, at most 8 the bound.
     served_project.server.latency = 0.05
     result = served_project.run(str(served_project.dataset(24)), "--geo-concurrency", "4")
     result.assert_outcomes(passed=24)
-    assert 1 < served_project.server.max_in_flight <= 4
+    assert 4 < served_project.server.max_in_flight <= 8
     assert len(served_project.server.requests) == 24 * 3
+
+
+def test_one_row_at_a_time_still_overlaps_rank_before_and_rewrite(served_project: GeoProject) -> None:
+    served_project.server.latency = 0.05
+    served_project.run(str(served_project.dataset(6)), "--geo-concurrency", "1").assert_outcomes(passed=6)
+    assert served_project.server.max_in_flight == 2
+
+
+def test_repeats_share_the_request_bound(served_project: GeoProject) -> None:
+    # Three repeats of one row would put 6 calls in flight; one row's bound is 2 requests.
+    served_project.server.latency = 0.05
+    result = served_project.run(str(served_project.dataset(3)), "--geo-concurrency", "1", "--geo-repeats", "3")
+    result.assert_outcomes(passed=3)
+    assert served_project.server.max_in_flight == 2
+    assert len(served_project.server.requests) == 3 * 3 * 3
 
 
 def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject) -> None:
