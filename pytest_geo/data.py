@@ -126,7 +126,8 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
         reason = "a number with too many digits" if "digits" in str(exc) else shorten(str(exc), 80)
         return RowProblem(path, line_no, f"invalid JSON: {reason}")
     try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        if "\\u" in text:  # a lone surrogate can only come from a \uD8xx escape
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         return RowProblem(path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string")
     query_id = _query_id(obj)

@@ -50,6 +50,7 @@ class GeoDatasetFile(pytest.File):
             lines = list(iter_dataset(self.path, settings_of(self.config).seed, display=self.nodeid))
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
+        self.add_marker("geo")  # on the file, not per item: its rows inherit it (see _GeoItem)
         yield from _geo_items(self, lines, suite=self.nodeid, split="train")
 
 
@@ -72,6 +73,8 @@ class SuiteCollector(pytest.Collector):
             raise self.CollectError(f"{where}: {exc}") from None
         for marker in (self.suite.name, *self.suite.markers):
             _register_marker(self.config, marker)
+            self.add_marker(marker)
+        self.add_marker("geo")
         for split, spec in splits:
             try:
                 rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
@@ -90,10 +93,6 @@ class SuiteCollector(pytest.Collector):
                         self, name=f"{split}[{index}]", metric=metric, suite=self.suite.name, split=split, index=index,
                         value=value, expected=expected,
                     )
-
-    def _mark(self, item: pytest.Item) -> None:
-        for marker in (self.suite.name, *self.suite.markers):
-            item.add_marker(marker)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(self.CollectError):
@@ -122,6 +121,10 @@ class ConftestSuites(pytest.File):
 
 
 class _GeoItem(pytest.Item):
+    """A row. Its markers (`geo`, the suite's name and declared markers) sit on the
+    parent collector, which `-m`, `iter_markers` and `get_closest_marker` all consult:
+    one marker per item cost ~10% of a 10,000-row run."""
+
     line: int
     geo_record: dict[str, Any] | None = None
 
@@ -129,9 +132,6 @@ class _GeoItem(pytest.Item):
         super().__init__(**kwargs)
         self.suite_name = suite
         self.split = split
-        self.add_marker("geo")
-        if isinstance(self.parent, SuiteCollector):
-            self.parent._mark(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
