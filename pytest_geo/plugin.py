@@ -309,7 +309,7 @@ class GeoCollector:
         geo = self.config.stash.get(SESSION, None)
         if geo is not None:
             geo.close()
-            merge_usage(self.results.usage, geo.usage.usage)  # the loop has stopped: safe to read
+            merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
         if _is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return

@@ -1,5 +1,6 @@
 """One evaluation run's engine, shared by the plugin and the `egeo` command: the prompts,
-the client, the runner, and each row's pending outcome."""
+the client, the runner (or, for large mock runs, a forked helper), and each row's
+pending outcome."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pytest_geo.data import GeoRow
 from pytest_geo.geo import GeoEngine, GeoOutcome, RepeatedOutcome, run_repeats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
-from pytest_geo.llm.usage import UsageClient
+from pytest_geo.llm.usage import UsageClient, UsageTable, merge_usage
+from pytest_geo.offload import Offload, OffloadedRow, can_offload
 from pytest_geo.prompts import PromptSet, load_prompts
 from pytest_geo.runner import BoundedClient, Runner
 from pytest_geo.settings import Settings
@@ -37,7 +39,9 @@ class GeoSession:
             self.prompts, self.client, settings.models, settings.temperature, strict_facts=settings.strict_facts
         )
         self.runner = Runner(settings.concurrency)
-        self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome]] = {}
+        self._custom_client = client is not None
+        self._offloads: list[Offload] = []
+        self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome] | OffloadedRow] = {}
 
     def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
         future = self._futures.get(key)
@@ -48,6 +52,11 @@ class GeoSession:
     def schedule_many(self, rows: list[tuple[str, GeoRow]]) -> None:
         """Schedule many rows with one hand-over to the runner's loop."""
         fresh = [(key, row) for key, row in rows if key not in self._futures]
+        if can_offload(self.settings, self._custom_client, len(fresh)):
+            offload = Offload([row for _, row in fresh], self.prompts, self.settings)
+            self._offloads.append(offload)
+            self._futures.update((key, slot) for (key, _), slot in zip(fresh, offload.slots))
+            return
         futures = self.runner.submit_many([functools.partial(self._run, row) for _, row in fresh])
         self._futures.update((key, future) for (key, _), future in zip(fresh, futures))
 
@@ -74,8 +83,17 @@ class GeoSession:
             raise ValueError("evaluate() gives one outcome per row: use it with repeats = 1")
         return single
 
+    def usage_table(self) -> UsageTable:
+        """Model usage per role, the helper's included. Read it after `close`."""
+        total: UsageTable = {}
+        for table in (self.usage.usage, *(o.usage for o in self._offloads)):
+            merge_usage(total, table)
+        return total
+
     def cancel_pending(self) -> int:
-        return self.runner.cancel_pending()
+        return self.runner.cancel_pending() + sum(o.cancel_pending() for o in self._offloads)
 
     def close(self) -> None:
+        for offload in self._offloads:
+            offload.close()
         self.runner.close(self.client)
