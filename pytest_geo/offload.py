@@ -99,30 +99,41 @@ class Offload:
         for stream in (sys.stdout, sys.stderr):  # else the child may flush a copy of buffered output
             stream.flush()
         self.usage: UsageTable = {}
+        self.size = len(rows)
         self._lock = threading.Lock()
-        self._chunks: list[concurrent.futures.Future[Any]] = []
+        # Chunks not yet done, for cancelling. A done chunk is dropped here, so its
+        # outcomes live only until its rows have been handed out (OffloadedRow.chunk).
+        self._chunks: dict[concurrent.futures.Future[Any], None] = {}
         self._executor = concurrent.futures.ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("fork"), initializer=_start_helper,
             initargs=(rows, prompts, settings),
         )
-        self.slots: list[OffloadedRow] = []
-        start, size = 0, FIRST_CHUNK
+        self._rows = rows
+
+    def submit(self) -> list[OffloadedRow]:
+        """Queue every row, in order, in chunks; one handle per row."""
+        handles: list[OffloadedRow] = []
+        rows, start, size = self._rows, 0, FIRST_CHUNK
         while start < len(rows):
             stop = min(len(rows), start + size)
             chunk = self._executor.submit(_run_chunk, start, stop)
-            chunk.add_done_callback(self._add_usage)
-            self._chunks.append(chunk)
-            self.slots += [OffloadedRow(chunk, i, rows[start + i]) for i in range(stop - start)]
+            with self._lock:
+                self._chunks[chunk] = None
+            chunk.add_done_callback(self._finished)
+            handles += [OffloadedRow(chunk, i, rows[start + i]) for i in range(stop - start)]
             start, size = stop, min(2 * size, MAX_CHUNK)
+        return handles
 
-    def _add_usage(self, chunk: concurrent.futures.Future[Any]) -> None:
-        if chunk.cancelled() or chunk.exception() is not None:
-            return
+    def _finished(self, chunk: concurrent.futures.Future[Any]) -> None:
         with self._lock:
-            merge_usage(self.usage, chunk.result()[1])
+            self._chunks.pop(chunk, None)
+            if not chunk.cancelled() and chunk.exception() is None:
+                merge_usage(self.usage, chunk.result()[1])
 
     def cancel_pending(self) -> int:
-        return sum(1 for chunk in reversed(self._chunks) if chunk.cancel())
+        with self._lock:
+            pending = list(reversed(self._chunks))
+        return sum(1 for chunk in pending if chunk.cancel())
 
     def close(self) -> None:
         """Cancel what has not started; the running chunk (at most MAX_CHUNK rows) ends first."""

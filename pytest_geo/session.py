@@ -55,7 +55,7 @@ class GeoSession:
         if can_offload(self.settings, self._custom_client, len(fresh)):
             offload = Offload([row for _, row in fresh], self.prompts, self.settings)
             self._offloads.append(offload)
-            self._futures.update((key, slot) for (key, _), slot in zip(fresh, offload.slots))
+            self._futures.update((key, handle) for (key, _), handle in zip(fresh, offload.submit()))
             return
         futures = self.runner.submit_many([functools.partial(self._run, row) for _, row in fresh])
         self._futures.update((key, future) for (key, _), future in zip(fresh, futures))

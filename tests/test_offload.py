@@ -31,7 +31,7 @@ from pytest_geo.plugin import SESSION
 
 def pytest_sessionfinish(session):
     geo = session.config.stash.get(SESSION, None)
-    offloaded = sum(len(o.slots) for o in geo._offloads) if geo else 0
+    offloaded = sum(o.size for o in geo._offloads) if geo else 0
     print(f"\\noffloaded rows: {offloaded}")
 '''
 
