@@ -30,7 +30,10 @@ from pytest_geo.prompts import PromptSet
 from pytest_geo.settings import Settings
 
 MIN_ROWS = 100  # below this, forking costs more than it saves
-FIRST_CHUNK, MAX_CHUNK = 8, 256  # small first chunks: the first item waits for the first chunk
+# Small first chunks: the first item waits for the first chunk. Growing by 1.5x, not 2x:
+# a row waits for its whole chunk, so a chunk must not take the helper longer than the
+# previous one takes pytest to report (the helper needs about 0.6x pytest's time per row).
+FIRST_CHUNK, GROWTH, MAX_CHUNK = 8, 1.5, 256
 
 Outcome = GeoOutcome | RepeatedOutcome
 
@@ -121,7 +124,7 @@ class Offload:
                 self._chunks[chunk] = None
             chunk.add_done_callback(self._finished)
             handles += [OffloadedRow(chunk, i, rows[start + i]) for i in range(stop - start)]
-            start, size = stop, min(2 * size, MAX_CHUNK)
+            start, size = stop, min(int(size * GROWTH), MAX_CHUNK)
         return handles
 
     def _finished(self, chunk: concurrent.futures.Future[Any]) -> None:

@@ -89,7 +89,7 @@ def test_helper_gives_the_in_process_results_and_usage(project: pytest.Pytester,
     rows = [r for r in iter_dataset(dataset, settings.seed) if isinstance(r, GeoRow)]
     session = GeoSession(settings)
     try:
-        expected = [o.record() for o in session.evaluate(rows)]
+        expected = json.loads(json.dumps([o.record() for o in session.evaluate(rows)]))
     finally:
         session.close()
     assert session._offloads == []
