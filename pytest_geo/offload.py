@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import multiprocessing
 import signal
 import sys
@@ -101,6 +102,13 @@ class Offload:
     def __init__(self, rows: Sequence[GeoRow], prompts: PromptSet, settings: Settings) -> None:
         for stream in (sys.stdout, sys.stderr):  # else the child may flush a copy of buffered output
             stream.flush()
+        # As the gc docs advise before a fork: frozen objects (the collected items, the
+        # rows) are left out of later collections, so neither process's collector writes
+        # to their pages (no copy-on-write) or rescans them. `close` unfreezes them
+        # (unless someone else had frozen objects already: theirs to manage).
+        self._froze = gc.get_freeze_count() == 0
+        if self._froze:
+            gc.freeze()
         self.usage: UsageTable = {}
         self.size = len(rows)
         self._lock = threading.Lock()
@@ -141,3 +149,6 @@ class Offload:
     def close(self) -> None:
         """Cancel what has not started; the running chunk (at most MAX_CHUNK rows) ends first."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._froze:
+            self._froze = False
+            gc.unfreeze()

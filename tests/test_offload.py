@@ -24,15 +24,24 @@ from pytest_geo.settings import Settings
 
 ROWS = MIN_ROWS + 50
 
-# Prints how many rows went to the helper, and its pid, from inside the run.
+# Prints how many rows went to the helper, and how many objects the garbage collector
+# had frozen during the run and after it.
 PROBE_CONFTEST = '''
-import os
+import gc
 from pytest_geo.plugin import SESSION
+
+FROZEN = []
+
+def pytest_runtest_call(item):
+    FROZEN.append(gc.get_freeze_count())
 
 def pytest_sessionfinish(session):
     geo = session.config.stash.get(SESSION, None)
     offloaded = sum(o.size for o in geo._offloads) if geo else 0
     print(f"\\noffloaded rows: {offloaded}")
+
+def pytest_unconfigure(config):
+    print(f"frozen during the run: {min(FROZEN) > 0}, after: {gc.get_freeze_count()}")
 '''
 
 # Kills the helper once the first row has reported.
@@ -80,7 +89,7 @@ def test_helper_gives_the_in_process_results_and_usage(project: pytest.Pytester,
     dataset = write_rows(project.path / "rows.jsonl", ROWS)
     result = project.runpytest_subprocess(str(dataset), "--geo-mock", "--geo-report", "rep.json", "-s")
     result.assert_outcomes(passed=ROWS)
-    result.stdout.fnmatch_lines([f"offloaded rows: {ROWS}"])
+    result.stdout.fnmatch_lines([f"offloaded rows: {ROWS}", "frozen during the run: True, after: 0"])
     report = json.loads((project.path / "rep.json").read_text(encoding="utf-8"))
 
     # The same rows through the in-process runner.
