@@ -78,6 +78,7 @@ def evaluate(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     geo = GeoSession(_settings(args))
     try:
+        geo.engine  # a missing or broken prompt is one error before any row runs
         outcomes = geo.evaluate(rows)
     finally:
         geo.close()

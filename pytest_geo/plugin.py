@@ -256,7 +256,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     if any(isinstance(item, GeoRowItem) for item in session.items):
-        geo_session_of(session.config)
+        try:
+            geo_session_of(session.config).engine
+        except PromptError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -22,11 +22,12 @@ REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows 
 
 
 class GeoSession:
-    """Built on first need, so runs without GEO rows never load prompts or need a key."""
+    """Built on first need, so runs without GEO rows or prompt procedures never need a
+    key; the E-GEO prompts are loaded on first use, so suites whose procedures are their
+    own prompts need no prompts directory."""
 
     def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
         self.settings = settings
-        self.prompts: PromptSet = load_prompts(settings.prompts_dir)
         backend = client or build_client(settings)
         # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
         # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
@@ -35,13 +36,21 @@ class GeoSession:
         requests = REQUESTS_PER_ROW * settings.concurrency
         self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
         self.client: ChatClient = self.usage
-        self.engine = GeoEngine(
-            self.prompts, self.client, settings.models, settings.temperature, strict_facts=settings.strict_facts
-        )
         self.runner = Runner(settings.concurrency)
         self._custom_client = client is not None
         self._offloads: list[Offload] = []
         self._futures: dict[str, concurrent.futures.Future[GeoOutcome | RepeatedOutcome] | OffloadedRow] = {}
+
+    @functools.cached_property
+    def prompts(self) -> PromptSet:
+        """The E-GEO prompt set; raises PromptError when it is missing or broken."""
+        return load_prompts(self.settings.prompts_dir)
+
+    @functools.cached_property
+    def engine(self) -> GeoEngine:
+        settings = self.settings
+        return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
+                         strict_facts=settings.strict_facts)
 
     def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
         future = self._futures.get(key)

@@ -33,6 +33,25 @@ def same(items, expected):
 '''
 
 
+def test_a_prompt_procedure_needs_no_egeo_prompts_directory(pytester: pytest.Pytester) -> None:
+    """The E-GEO prompts are for GEO rows; a suite of prompt procedures runs without them."""
+    pytester.makeini("[pytest]\n")
+    pytester.makefile(".txt", headline="Write a headline for: {{input}}\n")
+    pytester.makepyfile(test_headline=SUITES)
+    assert not (pytester.path / "prompts").exists()
+    result = pytester.runpytest("--geo-mock")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.lines[-2] == "- headline::same: 0.5000 | said 'green pan'; said 'grey pot'"
+
+
+def test_geo_rows_without_a_prompts_directory_stop_the_run_at_start(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    shutil.copy(ROOT / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
+    result = pytester.runpytest("smoke.jsonl", "--geo-mock")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *prompts*not found*"])
+
+
 def test_a_suite_scores_a_prompt_procedure_through_the_runs_client(geo_project: pytest.Pytester) -> None:
     geo_project.makefile(".txt", headline="Write a headline for: {{input}}\n")
     geo_project.makepyfile(test_headline=SUITES)
