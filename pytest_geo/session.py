@@ -99,6 +99,15 @@ class GeoSession:
             merge_usage(total, table)
         return total
 
+    def unschedule(self, keys: Iterable[str]) -> None:
+        """Forget these rows, so scheduling one again starts it afresh, and cancel them (no
+        further model calls). A row in the mock helper's chunk is only forgotten: it costs
+        nothing, and cancelling it would cancel the rest of its chunk."""
+        for key in keys:
+            future = self._futures.pop(key, None)
+            if isinstance(future, concurrent.futures.Future):
+                future.cancel()
+
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending() + sum(o.cancel_pending() for o in self._offloads)
 
