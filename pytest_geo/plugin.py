@@ -36,11 +36,13 @@ from pytest_geo.options import (
     temperature,
 )
 from pytest_geo.suites import Suite, suites_in
+from pytest_geo.xdist_lookahead import LookaheadControllerHooks, WorkerLookahead
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION = pytest.StashKey["GeoSession | None"]()
 RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey["set[Path]"]()
+LOOKAHEAD = pytest.StashKey["WorkerLookahead | None"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -188,6 +190,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
+        config.pluginmanager.register(LookaheadControllerHooks(config), "geo-xdist-lookahead")
 
 
 def _load_baseline(config: pytest.Config) -> None:
@@ -264,16 +267,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
-    """Schedule every selected row up front (not under xdist, whose workers get items
-    one at a time): the model work overlaps while items report in pytest's order."""
+    """Schedule every selected row up front: the model work overlaps while items report
+    in pytest's order. An xdist worker gets items a few at a time, so it schedules rows
+    as it goes instead (xdist_lookahead.py)."""
     geo = session.config.stash.get(SESSION, None)
     if geo is not None and not _is_xdist_worker(session.config):
         geo.schedule_many([(item.nodeid, item.row) for item in session.items if isinstance(item, GeoRowItem)])
+    elif geo is not None:
+        session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    lookahead = item.config.stash.get(LOOKAHEAD, None)
+    if lookahead is not None:
+        lookahead.before(item, nextitem)
     result = yield
     if item.session.shouldfail or item.session.shouldstop:
         geo = item.config.stash.get(SESSION, None)

@@ -1,0 +1,238 @@
+"""xdist workers keep rows in flight: real worker processes against the fake OpenAI
+server (in this process; workers reach it over TCP, the key comes from the env), and the
+steal path driven directly with xdist's own queue and steal code."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import re
+import threading
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from conftest import PROMPTS, GeoProject, geo_rows
+from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.mock import MockClient
+from pytest_geo.session import GeoSession
+from pytest_geo.settings import Settings
+from pytest_geo.xdist_lookahead import WorkerLookahead, worker_queue_lock
+
+xdist_remote = pytest.importorskip("xdist.remote")
+execnet = pytest.importorskip("execnet")
+
+QUERY = re.compile(r"^(?:Shopper query|Query): red kettle number (\d+)$", re.MULTILINE)
+
+
+def row_of(body: dict[str, Any]) -> int:
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    match = QUERY.search(user)
+    assert match, user
+    return int(match.group(1))
+
+
+def requests_per_row(project: GeoProject) -> collections.Counter[int]:
+    return collections.Counter(row_of(r["body"]) for r in project.server.requests)
+
+
+def run(project: GeoProject, dataset: Path, name: str, *args: str) -> pytest.RunResult:
+    """No answer cache: every run asks the server, so requests can be counted."""
+    return project.pytester.runpytest(
+        str(dataset), "--geo-base-url", project.server.url, "--geo-no-cache", "-p", "no:cacheprovider",
+        "--geo-report", f"{name}.json", *args,
+    )
+
+
+def results(project: GeoProject, name: str) -> tuple[Any, list[Any]]:
+    report = json.loads((project.pytester.path / f"{name}.json").read_text(encoding="utf-8"))
+    rows = sorted(({k: v for k, v in row.items() if k != "duration_s"} for row in report["rows"]),
+                  key=lambda r: r["nodeid"])
+    return report["geo"], rows
+
+
+def test_workers_run_queued_rows_concurrently(served_project: GeoProject) -> None:
+    # --dist load hands each worker 48 // 2 // 4 = 6 rows at first. Looking ahead to
+    # `nextitem` only would put at most 2 rows (4 requests) in flight per worker, 8 in
+    # all; a worker that runs its queued rows too puts up to 6 rows (12 requests) in flight.
+    n = 48
+    dataset = served_project.dataset(n)
+    run(served_project, dataset, "single", "-p", "no:xdist", "--geo-concurrency", "6").assert_outcomes(passed=n)
+    assert requests_per_row(served_project) == {i: 3 for i in range(n)}
+    served_project.server.reset()
+    served_project.server.latency = 0.1
+    result = run(served_project, dataset, "spread", "-n", "2", "--geo-concurrency", "6")
+    result.assert_outcomes(passed=n)
+    result.stdout.fnmatch_lines(["*2 workers*"])
+    assert 8 < served_project.server.max_in_flight <= 2 * 2 * 6  # 2 workers, 2 requests a row
+    assert requests_per_row(served_project) == {i: 3 for i in range(n)}  # no row ran twice
+    assert results(served_project, "spread") == results(served_project, "single")
+
+
+def test_the_issue_case_more_than_two_requests_per_worker(served_project: GeoProject) -> None:
+    # The issue's numbers: without lookahead 2 workers x 2 requests was the most.
+    served_project.server.latency = 0.1
+    result = run(served_project, served_project.dataset(16), "spread", "-n", "2", "--geo-concurrency", "4")
+    result.assert_outcomes(passed=16)
+    assert 4 < served_project.server.max_in_flight <= 2 * 2 * 4
+    assert requests_per_row(served_project) == {i: 3 for i in range(16)}
+
+
+WHO_RAN = '''
+import json
+
+RAN = {}
+
+def pytest_runtest_logreport(report):
+    node = getattr(report, "node", None)  # set on the controller for a worker's report
+    if report.when == "call" and node is not None:
+        RAN[report.nodeid] = node.gateway.id
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):
+        (session.config.rootpath / "ran.json").write_text(json.dumps(RAN))
+'''
+
+
+def test_worksteal_runs_every_row_once(served_project: GeoProject) -> None:
+    # worksteal gives rows 0-7 to one worker and 8-15 to the other. Rows 8-15 are slow,
+    # so the first worker runs out of work and steals from the second.
+    served_project.pytester.makeconftest(WHO_RAN)
+    enter = served_project.server._enter
+
+    def slow_second_half(body: dict[str, Any], headers: dict[str, str]) -> None:
+        enter(body, headers)
+        time.sleep(0.4 if row_of(body) >= 8 else 0.05)
+
+    served_project.server._enter = slow_second_half  # type: ignore[method-assign]
+    dataset = served_project.dataset(16)
+    result = run(served_project, dataset, "stolen", "-n", "2", "--dist", "worksteal", "--geo-concurrency", "4")
+    result.assert_outcomes(passed=16)
+    assert requests_per_row(served_project) == {i: 3 for i in range(16)}  # nothing ran twice
+    ran = json.loads((served_project.pytester.path / "ran.json").read_text())
+    slow_rows_ran_on = {ran[f"rows.jsonl::r{i}"] for i in range(8, 16)}
+    assert len(slow_rows_ran_on) == 2, ran  # some slow rows were stolen
+    served_project.server.reset()
+    served_project.server._enter = enter  # type: ignore[method-assign]
+    run(served_project, dataset, "single", "-p", "no:xdist").assert_outcomes(passed=16)
+    assert results(served_project, "stolen") == results(served_project, "single")
+
+
+class Gated(MockClient):
+    """The mock, but every call waits at a gate the test opens; calls are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+        self.seen = threading.Condition()
+        self.gate: asyncio.Event | None = None
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        with self.seen:
+            self.queries.append(request.context["query"])
+            self.seen.notify_all()
+        if self.gate is None:
+            self.gate = asyncio.Event()
+        await self.gate.wait()
+        return await super().complete(request)
+
+    async def open(self) -> None:
+        if self.gate is None:
+            self.gate = asyncio.Event()
+        self.gate.set()
+
+    def wait_for_calls(self, n: int) -> None:
+        with self.seen:
+            assert self.seen.wait_for(lambda: len(self.queries) >= n, timeout=10), self.queries
+
+
+@pytest.fixture
+def rows(pytester: pytest.Pytester) -> list[pytest.Item]:
+    data = pytester.path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(8)), encoding="utf-8")
+    items, _ = pytester.inline_genitems(str(data), "--geo-mock", "-p", "no:cacheprovider")
+    return items
+
+
+def test_rows_stolen_from_the_queue_are_cancelled_and_can_come_back(rows: list[pytest.Item]) -> None:
+    client = Gated()
+    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), client)
+    queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
+    for index in range(8):
+        queue.put(index)
+
+    def start(index: int) -> None:
+        """What the worker does: pop the next index, run the item with it as nextitem."""
+        assert queue.get() == index + 1
+        lookahead.before(rows[index], rows[index + 1])
+
+    lookahead = WorkerLookahead(geo, rows, queue.lock)
+    try:
+        # 2 x concurrency = 4 rows are scheduled: r0 and r1 hold the runner's 2 slots
+        # (rank_before and the rewrite each), r2 and r3 wait for one.
+        assert queue.get() == 0
+        start(0)
+        assert [item.nodeid for item in rows[:4]] == list(lookahead.scheduled)
+        client.wait_for_calls(4)
+        stolen = lookahead.scheduled[rows[3].nodeid]
+
+        # The controller steals the tail of the queue, r3 with it (xdist's own code).
+        events: list[tuple[str, dict[str, Any]]] = []
+        interactor = SimpleNamespace(torun=queue, sendevent=lambda name, **kw: events.append((name, kw)))
+        xdist_remote.WorkerInteractor.steal(interactor, [3, 4, 5, 6, 7])
+        assert events == [("unscheduled", {"indices": [3, 4, 5, 6, 7]})]
+
+        start(1)
+        assert stolen.cancelled()
+        assert rows[3].nodeid not in lookahead.scheduled
+        geo.runner.run(client.open())
+        assert geo.outcome(rows[2].nodeid, rows[2].row).error is None
+        assert sorted(set(client.queries)) == ["red kettle number 0", "red kettle number 1", "red kettle number 2"]
+
+        # Handed back to this worker later, r3 runs afresh, once.
+        queue.put(3)
+        start(2)
+        assert geo.outcome(rows[3].nodeid, rows[3].row).error is None
+        assert client.queries.count("red kettle number 3") == 3
+    finally:
+        geo.close()
+
+
+def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> None:
+    def config_with(interactor: Any) -> Any:
+        config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugins=lambda: [object(), interactor]))
+        interactor.config = config
+        return config
+
+    queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
+    assert worker_queue_lock(config_with(SimpleNamespace(torun=queue))) == queue.lock
+    assert worker_queue_lock(config_with(SimpleNamespace(torun=SimpleNamespace(lock=lambda: nullcontext([]))))) is None
+    assert worker_queue_lock(config_with(SimpleNamespace(queue=queue))) is None
+
+    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=4), MockClient())
+    try:
+        lookahead = WorkerLookahead(geo, rows, None)
+        lookahead.before(rows[0], rows[1])
+        assert list(lookahead.scheduled) == [rows[0].nodeid, rows[1].nodeid]
+    finally:
+        geo.close()
+
+
+def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.Item]) -> None:
+    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
+    batches: list[list[str]] = []
+    schedule_many = geo.schedule_many
+    geo.schedule_many = lambda keyed: (batches.append([k for k, _ in keyed]), schedule_many(keyed))[1]  # type: ignore[method-assign]
+    queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
+    for index in (1, 2, 2, 3):  # nextitem queued again, r2 twice: not what xdist does, but harmless
+        queue.put(index)
+    try:
+        WorkerLookahead(geo, rows, queue.lock).before(rows[0], rows[1])
+        assert batches == [[row.nodeid for row in rows[:4]]]
+    finally:
+        geo.close()
