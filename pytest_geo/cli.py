@@ -18,6 +18,10 @@ from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, Settings, mock_from_env
 
 
 VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
+# The pytest plugin's default cache (<rootdir>/.pytest_cache/d/geo): run from the rootdir,
+# egeo and pytest share answers.
+PYTEST_CACHE = Path(".pytest_cache")
+DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
 
 
 def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
@@ -37,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
     evaluate.add_argument("--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
+    evaluate.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, metavar="DIR",
+                          help=f"model-answer cache (default: {DEFAULT_CACHE_DIR}, the pytest plugin's default when "
+                               "this directory is pytest's rootdir, so the two share answers); the mock is never cached")
+    evaluate.add_argument("--no-cache", action="store_true", help="neither read nor write the model-answer cache")
     _common(evaluate)
     optimize = commands.add_parser(
         "optimize-prompts",
@@ -60,6 +68,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     settings = Settings(mock=args.mock or mock_from_env(), seed=args.seed, prompts_dir=args.prompts)
     settings.concurrency = args.concurrency
     settings.base_url = args.base_url
+    # Only evaluate has cache flags: optimize-prompts counts requests under the cache and
+    # so is never cached (see README).
+    cache_dir = getattr(args, "cache_dir", None)
+    settings.cache_dir = cache_dir.resolve() if cache_dir is not None else None
+    settings.use_cache = cache_dir is not None and not args.no_cache
     for role in ("ranker", "rewriter", "optimizer"):
         model = getattr(args, f"{role}_model", None)
         if model:
@@ -76,7 +89,10 @@ def evaluate(args: argparse.Namespace) -> int:
         (problems if isinstance(line, RowProblem) else rows).append(line)
     for problem in problems:
         print(problem, file=sys.stderr)
-    geo = GeoSession(_settings(args))
+    settings = _settings(args)
+    geo = GeoSession(settings)
+    if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
+        _ignore_pytest_cache()
     try:
         geo.engine  # a missing or broken prompt is one error before any row runs
         outcomes = geo.evaluate(rows)
@@ -90,6 +106,16 @@ def evaluate(args: argparse.Namespace) -> int:
             print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
     print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
     return 1 if problems or any(o.error is not None for o in outcomes) else 0
+
+
+def _ignore_pytest_cache() -> None:
+    """Create .pytest_cache as pytest would, git-ignored: pytest adds its .gitignore only
+    when it creates the directory itself, and answers must not end up in a commit."""
+    try:
+        PYTEST_CACHE.mkdir()
+        (PYTEST_CACHE / ".gitignore").write_text("# Created by pytest-geo (egeo evaluate).\n*\n", encoding="utf-8")
+    except OSError:  # it exists (pytest's own, or ours), or cannot be made: the cache is best effort
+        pass
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:

@@ -1,0 +1,104 @@
+"""`egeo evaluate` keeps model answers in the pytest plugin's cache: the fake OpenAI
+server (in this process) counts the requests that reach it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from fake_openai import FakeOpenAI
+from pytest_geo.cli import main
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(3)), encoding="utf-8")
+    return tmp_path
+
+
+def evaluate(server: FakeOpenAI, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", server.url,
+                 "--verbose", *args])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return out
+
+
+def entries(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.json"))
+
+
+def test_a_rerun_is_answered_from_the_cache(
+    workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = evaluate(fake_openai, capsys)
+    assert len(fake_openai.requests) == 3 * 3
+    assert json.loads("\n".join(first.splitlines()[3:])) == {  # after one verbose line per row
+        "avg_rank_improvement": 2.0, "n": 3, "stderr_rank_improvement": 0.0, "win_rate": 1.0}
+    fake_openai.reset()
+    assert evaluate(fake_openai, capsys) == first
+    assert fake_openai.requests == []
+    assert len(entries(workdir / ".pytest_cache" / "d" / "geo")) == 9
+    assert (workdir / ".pytest_cache" / ".gitignore").read_text().endswith("\n*\n")  # not committed by accident
+
+
+def test_no_cache_asks_again_and_writes_nothing(
+    workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evaluate(fake_openai, capsys, "--no-cache")
+    assert not (workdir / ".pytest_cache").exists()
+    first = evaluate(fake_openai, capsys)
+    fake_openai.reset()
+    assert evaluate(fake_openai, capsys, "--no-cache") == first
+    assert len(fake_openai.requests) == 9
+
+
+def test_cache_dir_puts_the_answers_there(
+    workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evaluate(fake_openai, capsys, "--cache-dir", "answers")
+    assert len(entries(workdir / "answers")) == 9
+    assert not (workdir / ".pytest_cache").exists()
+    fake_openai.reset()
+    evaluate(fake_openai, capsys, "--cache-dir", str(workdir / "answers"))
+    assert fake_openai.requests == []
+    evaluate(fake_openai, capsys)  # another directory: asked again
+    assert len(fake_openai.requests) == 9
+
+
+def test_an_existing_pytest_cache_is_left_alone(
+    workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workdir / ".pytest_cache").mkdir()
+    evaluate(fake_openai, capsys)
+    assert [p.name for p in (workdir / ".pytest_cache").iterdir()] == ["d"]
+
+
+def test_the_mock_is_never_cached(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--mock"]) == 0
+    assert not (workdir / ".pytest_cache").exists()
+
+
+def test_egeo_and_the_plugin_share_answers(served_project: GeoProject, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = served_project.dataset(2)
+    assert main(["evaluate", "--dataset", str(dataset), "--prompts", "prompts",
+                 "--base-url", served_project.server.url]) == 0  # the cwd is the pytester rootdir
+    assert len(served_project.server.requests) == 6
+    served_project.server.reset()
+    served_project.run(str(dataset)).assert_outcomes(passed=2)
+    assert served_project.server.requests == []
+
+
+def test_help_names_the_cache_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--cache-dir DIR model-answer cache (default: .pytest_cache/d/geo," in text
+    assert "--no-cache neither read nor write the model-answer cache" in text
