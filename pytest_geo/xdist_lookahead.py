@@ -152,7 +152,7 @@ class WorkerLookahead:
                 left -= 1
             elif not future.done():
                 left -= 1
-        if fresh:
-            self.geo.schedule_many([(key, row.row) for key, row in fresh.items()])
-            for key, row in fresh.items():  # schedule() returns the future schedule_many made
-                self.scheduled[key] = self.geo.schedule(key, row.row)
+        # One at a time: schedule() always runs a row in this process and returns its
+        # future (schedule_many may hand a big mock batch to a forked helper instead).
+        for key, row in fresh.items():
+            self.scheduled[key] = self.geo.schedule(key, row.row)

@@ -8,6 +8,8 @@ import asyncio
 import collections
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from contextlib import nullcontext
@@ -225,14 +227,42 @@ def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> 
 
 def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.Item]) -> None:
     geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
-    batches: list[list[str]] = []
-    schedule_many = geo.schedule_many
-    geo.schedule_many = lambda keyed: (batches.append([k for k, _ in keyed]), schedule_many(keyed))[1]  # type: ignore[method-assign]
+    scheduled: list[str] = []
+    schedule = geo.schedule
+    geo.schedule = lambda key, row: (scheduled.append(key), schedule(key, row))[1]  # type: ignore[method-assign]
     queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
     for index in (1, 2, 2, 3):  # nextitem queued again, r2 twice: not what xdist does, but harmless
         queue.put(index)
     try:
         WorkerLookahead(geo, rows, queue.lock).before(rows[0], rows[1])
-        assert batches == [[row.nodeid for row in rows[:4]]]
+        assert scheduled == [row.nodeid for row in rows[:4]]
     finally:
         geo.close()
+
+
+UNSCHEDULE_OFFLOADED = '''
+import sys
+from pytest_geo.data import iter_dataset
+from pytest_geo.session import GeoSession
+from pytest_geo.settings import Settings
+
+geo = GeoSession(Settings(mock=True, prompts_dir=sys.argv[2], use_cache=False))
+keyed = [(str(row.line), row) for row in iter_dataset(sys.argv[1], 1234)]
+geo.schedule_many(keyed)
+assert geo._offloads, "the rows went to the helper"
+geo.unschedule([keyed[-1][0]])  # the last chunk, not started yet
+print(geo.outcome(*keyed[-2]).rank_improvement)  # its neighbour still runs
+print(geo.outcome(*keyed[-1]).rank_improvement)  # and the forgotten row runs afresh
+geo.close()
+'''
+
+
+def test_unscheduling_an_offloaded_row_leaves_its_chunk_alone(tmp_path: Path) -> None:
+    # A forked mock helper needs a process with no other thread: not this xdist worker.
+    from pytest_geo.offload import MIN_ROWS
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(MIN_ROWS + 50)), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", UNSCHEDULE_OFFLOADED, str(data), str(PROMPTS)],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "2\n2\n"), done.stderr
