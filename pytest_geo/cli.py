@@ -91,10 +91,10 @@ def evaluate(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     settings = _settings(args)
     geo = GeoSession(settings)
-    if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
-        _ignore_pytest_cache()
     try:
         geo.engine  # a missing or broken prompt is one error before any row runs
+        if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
+            _ignore_pytest_cache()
         outcomes = geo.evaluate(rows)
     finally:
         geo.close()

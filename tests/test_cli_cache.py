@@ -102,3 +102,10 @@ def test_help_names_the_cache_flags(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert "--cache-dir DIR model-answer cache (default: .pytest_cache/d/geo," in text
     assert "--no-cache neither read nor write the model-answer cache" in text
+
+
+def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    (workdir / "prompts").mkdir()
+    assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", "prompts", "--base-url", fake_openai.url]) == 2
+    assert "egeo: error:" in capsys.readouterr().err
+    assert not (workdir / ".pytest_cache").exists()
