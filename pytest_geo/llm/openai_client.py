@@ -83,7 +83,10 @@ class OpenAIChatClient:
             message = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
             raise ModelError(message, retries=retries) from None
         finally:
-            _attempts.reset(token)
+            try:
+                _attempts.reset(token)
+            except ValueError:  # closed outside its task (a loop shut down mid-call): no count to keep
+                pass
         choices = getattr(completion, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
         usage = getattr(completion, "usage", None)
