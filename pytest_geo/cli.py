@@ -12,6 +12,7 @@ from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.options import any_int, positive_int
 from pytest_geo.prompts import PromptError
+from pytest_geo.report import fact_rate_lines
 from pytest_geo.scoring import summarize
 from pytest_geo.session import GeoSession
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, Settings, mock_from_env
@@ -104,6 +105,9 @@ def evaluate(args: argparse.Namespace) -> int:
         if args.verbose:
             record = outcome.record()
             print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
+    rewrites = [o for o in outcomes if o.rewritten_description is not None]
+    for line in fact_rate_lines(sum(1 for o in rewrites if o.fact_violations), len(rewrites)):
+        print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
     print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
     return 1 if problems or any(o.error is not None for o in outcomes) else 0
 

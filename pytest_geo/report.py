@@ -251,7 +251,12 @@ def fact_violation_rate(results: Results) -> tuple[int, int, float]:
 
 
 def fact_lines(results: Results) -> list[str]:
-    violating, total, rate = fact_violation_rate(results)
+    return fact_rate_lines(*fact_violation_rate(results)[:2])
+
+
+def fact_rate_lines(violating: int, total: int) -> list[str]:
+    """The summary's no-new-facts line (none when no row produced a rewrite)."""
     if not total:
         return []
+    rate = violating / total
     return [f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"]

@@ -68,3 +68,14 @@ def test_malformed_lines_are_reported_and_fail_the_command(
     captured = capsys.readouterr()
     assert f"{data}:2: invalid JSON" in captured.err
     assert json.loads(captured.out)["n"] == 1
+
+
+def test_evaluate_prints_the_fact_violation_rate_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mock rewriter that invents a weight in every rewrite.
+    monkeypatch.setattr("pytest_geo.llm.mock.rewrite", lambda context: f"{context['description']} Weighs 97 kg.")
+    assert main(["evaluate", "--dataset", str(SMOKE), "--limit", "3", "--mock", "--prompts", str(PROMPTS)]) == 0
+    captured = capsys.readouterr()
+    assert "new facts: fact_violation_rate=1.0000 (3 of 3 rewrites add facts not in the original)" in captured.err
+    assert set(json.loads(captured.out)) == {"n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement"}
