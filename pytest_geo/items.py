@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset, row_names
-from pytest_geo.geo import GeoOutcome, RepeatedOutcome
 from pytest_geo.procedures import running_with
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suite_files import SuiteFileError, load_suite_file
 from pytest_geo.suites import GEO_METRIC, Metric, Suite, SuiteError, load_rows, score_metric, suites_in
+
+if TYPE_CHECKING:
+    from pytest_geo.geo import GeoOutcome, RepeatedOutcome
 
 
 class GeoRowFailure(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Callable, Generator
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import pytest
 
@@ -23,7 +23,6 @@ from pytest_geo.baseline import BaselineError, load_baseline
 from pytest_geo.html_report import write_html_report
 from pytest_geo.metadata import run_metadata
 from pytest_geo.report import Results, build_report, junit_properties, terminal_lines, write_json_atomic
-from pytest_geo.session import GeoSession
 from pytest_geo.llm.usage import merge_usage, usage_lines
 from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, ROLES, Settings, default_model, env_flag
 from pytest_geo.options import (
@@ -37,6 +36,9 @@ from pytest_geo.options import (
 )
 from pytest_geo.suites import Suite, suites_in
 from pytest_geo.xdist_lookahead import LookaheadControllerHooks, WorkerLookahead
+
+if TYPE_CHECKING:
+    from pytest_geo.session import GeoSession
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION = pytest.StashKey["GeoSession | None"]()
@@ -218,6 +220,10 @@ def geo_session_of(config: pytest.Config) -> GeoSession:
 
 
 def _start(config: pytest.Config) -> GeoSession:
+    # Imported here: the plugin loads in every pytest run, the engine (asyncio, the fact
+    # checker's patterns, multiprocessing) only in runs that use a model.
+    from pytest_geo.session import GeoSession
+
     settings = settings_of(config)
     _set_cache_location(config, settings)
     try:

@@ -3,7 +3,6 @@ optional held-out `test_data` under the same dataset name, and exactly one metri
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import keyword
@@ -192,6 +191,8 @@ def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
     try:
         returned = score_row(metric, value, expected)
         if inspect.isawaitable(returned):
+            import asyncio  # only for async metrics: the plugin loads in every pytest run
+
             returned = asyncio.run(_await(returned))
         return normalize(returned)
     except MetricReturnError as exc:

@@ -32,12 +32,14 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import pytest
 
 from pytest_geo.items import GeoRowItem
-from pytest_geo.session import GeoSession
+
+if TYPE_CHECKING:
+    from pytest_geo.session import GeoSession
 
 DIST_KEY = "geo_dist"  # workerinput key: the controller's --dist mode
 STEALING_MODES = frozenset({"worksteal"})

@@ -6,6 +6,8 @@ import asyncio
 import copy
 import functools
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -87,3 +89,14 @@ def test_batched_submission_results_errors_and_cancellation() -> None:
     finally:
         release.set()
         runner.close()
+
+
+def test_loading_the_plugin_leaves_the_engine_unimported() -> None:
+    """The plugin loads in every pytest run of every project that installs it; asyncio,
+    multiprocessing, the fact checker and the model SDKs wait for a run that needs them."""
+    code = ("import sys, pytest; before = set(sys.modules); import pytest_geo.plugin; "
+            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
+            "('asyncio', 'multiprocessing', 'openai', 'jsonschema', 'yaml') "
+            "or m in ('pytest_geo.geo', 'pytest_geo.facts', 'pytest_geo.session')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
