@@ -52,14 +52,15 @@ class GeoSession:
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts)
 
-    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome]:
+    def schedule(self, key: str, row: GeoRow) -> concurrent.futures.Future[GeoOutcome | RepeatedOutcome] | OffloadedRow:
         future = self._futures.get(key)
         if future is None:
             future = self._futures[key] = self.runner.submit(lambda: self._run(row))
         return future
 
     def schedule_many(self, rows: list[tuple[str, GeoRow]]) -> None:
-        """Schedule many rows with one hand-over to the runner's loop."""
+        """Schedule many rows with one hand-over to the runner's loop, or, for a large
+        mock batch, to a forked helper process (offload.py)."""
         fresh = [(key, row) for key, row in rows if key not in self._futures]
         if can_offload(self.settings, self._custom_client, len(fresh)):
             offload = Offload([row for _, row in fresh], self.prompts, self.settings)
