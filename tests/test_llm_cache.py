@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,20 @@ def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
     inner = Counting()
     asyncio.run(CachedClient(inner, tmp_path, "http://a/v1").complete(request()))  # the miss is repaired
     assert inner.calls == 1 and cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)
+
+
+def test_a_killed_writers_temp_files_are_removed_once_stale(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    key = cache_key("http://a/v1", request())
+    shard = cache.path(key).parent
+    shard.mkdir(parents=True)
+    old, fresh = shard / f".{key}.json.k1ll3d.tmp", shard / f".{key}.json.wr1t1ng.tmp"
+    for temp in (old, fresh):
+        temp.write_text('{"key": "' + key + '", "te', encoding="utf-8")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    CachedClient(Counting(), tmp_path, "http://a/v1")  # each run's cache sweeps once
+    assert not old.exists() and fresh.exists()  # a live writer's temp file is left alone
 
 
 def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ shared between CI jobs would become a code-execution vector. Here each entry is 
 JSON file named by the sha256 of the request, written to a temp file in the same
 directory and then renamed over the final name (`os.replace` is atomic on POSIX and
 Windows). Threads, xdist workers and a process killed mid-write can therefore never
-leave a torn entry under a final name; a temp file is never read, and an entry that
-cannot be read or parsed is treated as a miss and overwritten.
+leave a torn entry under a final name; a temp file is never read (a killed writer's is
+removed by the next run once it is an hour old), and an entry that cannot be read or
+parsed is treated as a miss and overwritten.
 
 The key covers the base URL, the model, the messages and the sampling parameters. It
 never includes the API key (answers do not depend on it, and keys must not reach disk)
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from pytest_geo.files import write_text_atomic
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 CACHE_FORMAT = 1
+STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
@@ -51,6 +54,19 @@ class ResponseCache:
 
     def path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
+
+    def remove_stale_temps(self, now: float | None = None) -> int:
+        """Delete temp files that writers killed mid-write left behind; returns how many."""
+        now = time.time() if now is None else now
+        removed = 0
+        for temp in self.directory.glob("??/.*.json.*.tmp"):
+            try:
+                if now - temp.stat().st_mtime > STALE_TEMP_SECONDS:
+                    temp.unlink()
+                    removed += 1
+            except OSError:  # another run removed or replaced it first
+                continue
+        return removed
 
     def get(self, key: str) -> ChatResponse | None:
         try:
@@ -84,6 +100,7 @@ class CachedClient:
     def __init__(self, inner: ChatClient, directory: Path, namespace: str) -> None:
         self.inner = inner
         self.cache = ResponseCache(directory)
+        self.cache.remove_stale_temps()
         self.namespace = namespace
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
