@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset
+from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.options import any_int, positive_int
 from pytest_geo.prompts import PromptError
@@ -95,7 +96,7 @@ def evaluate(args: argparse.Namespace) -> int:
     try:
         geo.engine  # a missing or broken prompt is one error before any row runs
         if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
-            _ignore_pytest_cache()
+            make_ignored_pytest_cache(PYTEST_CACHE)
         outcomes = geo.evaluate(rows)
     finally:
         geo.close()
@@ -110,16 +111,6 @@ def evaluate(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
     print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
     return 1 if problems or any(o.error is not None for o in outcomes) else 0
-
-
-def _ignore_pytest_cache() -> None:
-    """Create .pytest_cache as pytest would, git-ignored: pytest adds its .gitignore only
-    when it creates the directory itself, and answers must not end up in a commit."""
-    try:
-        PYTEST_CACHE.mkdir()
-        (PYTEST_CACHE / ".gitignore").write_text("# Created by pytest-geo (egeo evaluate).\n*\n", encoding="utf-8")
-    except OSError:  # it exists (pytest's own, or ours), or cannot be made: the cache is best effort
-        pass
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:

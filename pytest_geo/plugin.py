@@ -17,6 +17,7 @@ from pytest_geo.items import (
     SuiteCollector,
     SuiteFile,
 )
+from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.prompts import PromptError
 from pytest_geo.baseline import BaselineError, load_baseline
@@ -397,3 +398,5 @@ def _set_cache_location(config: pytest.Config, settings: Settings) -> None:
         settings.cache_dir = config.cache.mkdir("geo")
     else:
         settings.cache_dir = config.rootpath / ".pytest_cache" / "d" / "geo"
+        if not settings.mock:
+            make_ignored_pytest_cache(config.rootpath / ".pytest_cache")

@@ -72,6 +72,8 @@ def test_cache_works_without_the_cacheprovider(served_project: GeoProject) -> No
         served_project.run(dataset, "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert len(served_project.server.requests) == 3
     assert list((served_project.pytester.path / ".pytest_cache" / "d" / "geo").rglob("*.json"))
+    # pytest would have git-ignored the directory had it made it; so do we
+    assert (served_project.pytester.path / ".pytest_cache" / ".gitignore").read_text().endswith("*\n")
 
 
 def test_transient_faults_are_retried_and_counted(served_project: GeoProject) -> None:

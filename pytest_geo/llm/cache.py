@@ -46,6 +46,17 @@ def cache_key(namespace: str, request: ChatRequest) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def make_ignored_pytest_cache(directory: Path) -> None:
+    """Create `.pytest_cache` as pytest would, git-ignored, when pytest-geo is the one
+    creating it (egeo, or pytest with -p no:cacheprovider): pytest adds its .gitignore
+    only when it creates the directory itself, and answers must not end up in a commit."""
+    try:
+        directory.mkdir()
+        (directory / ".gitignore").write_text("# Created by pytest-geo.\n*\n", encoding="utf-8")
+    except OSError:  # it exists (pytest's own, or ours), or cannot be made: the cache is best effort
+        pass
+
+
 class ResponseCache:
     """The directory of entries: `<dir>/<key[:2]>/<key>.json`."""
 
