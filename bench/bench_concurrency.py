@@ -24,8 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pytest_geo.data import GeoRow, iter_dataset
-from pytest_geo.session import GeoSession
+from pytest_geo.data.dataset import GeoRow, iter_dataset
+from pytest_geo.engine.session import GeoSession
 from pytest_geo.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent

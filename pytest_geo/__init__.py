@@ -18,10 +18,10 @@ __all__ = [
     "summarize",
 ]
 
-from pytest_geo.data import GeoRow
-from pytest_geo.procedures import PromptProcedure, prompt
+from pytest_geo.data.dataset import GeoRow
 from pytest_geo.scoring import Score, Summary, normalize, summarize
-from pytest_geo.suites import Metric, Suite, SuiteError, suite
+from pytest_geo.suites.procedures import PromptProcedure, prompt
+from pytest_geo.suites.suite import Metric, Suite, SuiteError, suite
 
 __version__ = "0.1.0"
 
@@ -30,7 +30,7 @@ def __getattr__(name: str) -> object:
     """`GeoOutcome` on first use: importing the engine (asyncio, the fact checker) costs
     every pytest run that loads the plugin ~25 ms."""
     if name == "GeoOutcome":
-        from pytest_geo.geo import GeoOutcome
+        from pytest_geo.engine.experiment import GeoOutcome
 
         return GeoOutcome
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

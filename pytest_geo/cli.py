@@ -8,16 +8,22 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from pytest_geo.data import DatasetError, GeoRow, RowProblem, iter_dataset
+from pytest_geo.data.dataset import DatasetError, GeoRow, RowProblem, iter_dataset
+from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.options import any_int, positive_int
-from pytest_geo.prompts import PromptError
-from pytest_geo.report import fact_rate_lines
+from pytest_geo.report.terminal import fact_rate_lines
 from pytest_geo.scoring import summarize
-from pytest_geo.session import GeoSession
-from pytest_geo.settings import DEFAULT_SEED, MOCK_ENV, Settings, mock_from_env
-
+from pytest_geo.settings import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_SEED,
+    MOCK_ENV,
+    ROLES,
+    Settings,
+    build_settings,
+)
+from pytest_geo.templates import PromptError
 
 VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
 # The pytest plugin's default cache (<rootdir>/.pytest_cache/d/geo): run from the rootdir,
@@ -29,8 +35,9 @@ DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
 def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
     parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
     parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
-    parser.add_argument("--seed", type=any_int, default=DEFAULT_SEED, help=f"{seed_help} (default: {DEFAULT_SEED})")
-    parser.add_argument("--concurrency", type=positive_int, default=16, metavar="N", help="most rows in flight, at most 2N model requests (default: 16)")
+    parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
+    parser.add_argument("--concurrency", type=positive_int, default=None, metavar="N",
+                        help=f"most rows in flight, at most 2N model requests (default: {DEFAULT_CONCURRENCY})")
     parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
     parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
     parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
@@ -67,31 +74,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings(mock=args.mock or mock_from_env(), seed=args.seed, prompts_dir=args.prompts)
-    settings.concurrency = args.concurrency
-    settings.base_url = args.base_url
     # Only evaluate has cache flags: optimize-prompts counts requests under the cache and
     # so is never cached (see README).
     cache_dir = getattr(args, "cache_dir", None)
-    settings.cache_dir = cache_dir.resolve() if cache_dir is not None else None
-    settings.use_cache = cache_dir is not None and not args.no_cache
-    for role in ("ranker", "rewriter", "optimizer"):
-        model = getattr(args, f"{role}_model", None)
-        if model:
-            settings.models[role] = model
-    return settings
+    given = {
+        "mock": args.mock, "seed": args.seed, "prompts_dir": args.prompts, "concurrency": args.concurrency,
+        "base_url": args.base_url, "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
+        "use_cache": cache_dir is not None and not args.no_cache,
+    }
+    models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
+    return build_settings(given, models)
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    settings = _settings(args)
     rows: list[GeoRow] = []
     problems: list[RowProblem] = []
-    for line in iter_dataset(args.dataset, args.seed):
+    for line in iter_dataset(args.dataset, settings.seed):
         if args.limit is not None and len(rows) + len(problems) >= args.limit:
             break
         (problems if isinstance(line, RowProblem) else rows).append(line)
     for problem in problems:
         print(problem, file=sys.stderr)
-    settings = _settings(args)
     geo = GeoSession(settings)
     try:
         geo.engine  # a missing or broken prompt is one error before any row runs

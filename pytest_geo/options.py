@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-from pytest_geo.suites import SPLITS
+from pytest_geo.settings import SPLITS
 
 
 def _convert(text: str, convert: Callable[[str], Any], what: str) -> Any:

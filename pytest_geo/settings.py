@@ -1,21 +1,27 @@
-"""Run settings shared by the plugin and the `egeo` command, from flags, ini and env."""
+"""Run settings shared by the plugin and the `egeo` command: every default lives here,
+and `build_settings` turns what a user gave (flags, ini, environment) into one object."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 DEFAULT_SEED = 1234
 DEFAULT_CONCURRENCY = 16
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_RETRIES = 4
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
 MODEL_ENV = {"ranker": "RANKER_MODEL", "rewriter": "REWRITER_MODEL", "optimizer": "META_MODEL"}
 ROLES = ("ranker", "rewriter", "optimizer")
+SPLITS = ("test", "train", "all")
 
 
-def env_flag(name: str, environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
     value = (environ if environ is not None else os.environ).get(name, "")
     return value.strip().lower() in TRUTHY
 
@@ -38,11 +44,29 @@ class Settings:
     models: dict[str, str] = field(default_factory=lambda: {r: default_model(r) for r in ROLES})
     temperature: float = 0.0
     base_url: str | None = None
-    timeout: float = 60.0
+    timeout: float = DEFAULT_TIMEOUT
     concurrency: int = DEFAULT_CONCURRENCY
-    max_retries: int = 4
+    max_retries: int = DEFAULT_MAX_RETRIES
     cache_dir: Path | None = None
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
     repeats: int = 1
+
+
+SETTING_NAMES = frozenset(f.name for f in fields(Settings))
+
+
+def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | None = None) -> Settings:
+    """`given` maps Settings fields to what the user gave, None where nothing was: the
+    defaults above apply, the mock can also come from GEO_EVAL_MOCK and each model from
+    its environment variable. The plugin and `egeo` both build their settings here."""
+    unknown = set(given) - SETTING_NAMES
+    if unknown:
+        raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+    settings = Settings(**{name: value for name, value in given.items() if value is not None})
+    settings.mock = bool(given.get("mock")) or mock_from_env()
+    for role, model in (models or {}).items():
+        if model:
+            settings.models[role] = model
+    return settings

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeOpenAI
 
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
-from fake_openai import FakeOpenAI
 from pytest_geo.cli import main
 
 

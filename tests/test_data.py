@@ -8,7 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_geo.data import GeoRow, RowProblem, choose_target, read_dataset, row_names
+from pytest_geo.data.dataset import (
+    GeoRow,
+    RowProblem,
+    choose_target,
+    read_dataset,
+    row_names,
+)
 
 CANDS = [{"id": i, "title": i, "description": i} for i in ("a", "b", "c", "d", "e")]
 
@@ -17,7 +23,7 @@ def test_target_choice_is_the_same_in_every_process() -> None:
     ids = [c["id"] for c in CANDS]
     here = [choose_target(7, f"query {i}", ids) for i in range(20)]
     code = (
-        "from pytest_geo.data import choose_target;"
+        "from pytest_geo.data.dataset import choose_target;"
         f"print(','.join(choose_target(7, f'query {{i}}', {ids!r}) for i in range(20)))"
     )
     for hashseed in ("1", "2"):

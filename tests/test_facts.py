@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_geo.facts import extract_facts, new_facts
+from pytest_geo.engine.facts import extract_facts, new_facts
 
 REPO = Path(__file__).resolve().parent.parent
 

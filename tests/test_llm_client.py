@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from fake_openai import FakeOpenAI
+
 from pytest_geo.llm.base import ChatRequest, ModelError
 from pytest_geo.llm.openai_client import OpenAIChatClient
 

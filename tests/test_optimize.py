@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_geo import cli, optimize
+from pytest_geo import cli
+from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import SIGNAL, MockClient
 
@@ -78,7 +79,7 @@ class Recording(MockClient):
 
 def run(monkeypatch: pytest.MonkeyPatch, project: Project, *extra: str, client: Recording | None = None) -> tuple[int, Recording]:
     client = client or Recording()
-    monkeypatch.setattr(optimize, "build_client", lambda settings: client)
+    monkeypatch.setattr(factory, "build_client", lambda settings: client)
     return cli.main(project.args(*extra)), client
 
 
@@ -253,7 +254,8 @@ DRIVER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from pytest_geo import cli, optimize
+    from pytest_geo import cli
+    from pytest_geo.llm import factory
     from pytest_geo.llm.mock import MockClient
 
     class Slow(MockClient):
@@ -263,7 +265,7 @@ DRIVER = textwrap.dedent(
                 await asyncio.sleep(60)
             return await super().complete(request)
 
-    optimize.build_client = lambda settings: Slow()
+    factory.build_client = lambda settings: Slow()
     sys.exit(cli.main(sys.argv[2:]))
     """
 )

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_geo import cli, optimize
+from pytest_geo import cli
+from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
 
@@ -112,7 +113,7 @@ class Proposing(MockClient):
 
 def optimize_suites(monkeypatch: pytest.MonkeyPatch, root: Path, *extra: str, client: Proposing | None = None) -> int:
     client = client or Proposing()
-    monkeypatch.setattr(optimize, "build_client", lambda settings: client)
+    monkeypatch.setattr(factory, "build_client", lambda settings: client)
     monkeypatch.chdir(root)
     return cli.main(["optimize-prompts", "--suites", "evals.py", "--mock", "--iters", "2", *extra])
 

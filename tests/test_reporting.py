@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from pytest_geo.metadata import base_url_host
+from pytest_geo.report.metadata import base_url_host
 
 ROW = {
     "query": "red running shoes",

@@ -6,16 +6,14 @@ import asyncio
 import copy
 import functools
 import json
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from pytest_geo.data import _plainly_valid, _validator
-from pytest_geo.geo import indented_json
-from pytest_geo.runner import Runner
+from pytest_geo.data.dataset import _plainly_valid, _validator
+from pytest_geo.engine.experiment import indented_json
+from pytest_geo.engine.runner import Runner
 
 GOOD = {
     "query": "q", "query_id": "r1", "target_id": "a",
@@ -89,14 +87,3 @@ def test_batched_submission_results_errors_and_cancellation() -> None:
     finally:
         release.set()
         runner.close()
-
-
-def test_loading_the_plugin_leaves_the_engine_unimported() -> None:
-    """The plugin loads in every pytest run of every project that installs it; asyncio,
-    multiprocessing, the fact checker and the model SDKs wait for a run that needs them."""
-    code = ("import sys, pytest; before = set(sys.modules); import pytest_geo.plugin; "
-            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
-            "('asyncio', 'multiprocessing', 'openai', 'jsonschema', 'yaml') "
-            "or m in ('pytest_geo.geo', 'pytest_geo.facts', 'pytest_geo.session')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from pytest_geo.stats import confidence_interval, incomplete_beta, movement, paired, sign_test, t_cdf, t_quantile
+from pytest_geo.report.stats import (
+    confidence_interval,
+    incomplete_beta,
+    movement,
+    paired,
+    sign_test,
+    t_cdf,
+    t_quantile,
+)
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_geo.answers import parse_ranking, parse_rewrite
+from pytest_geo.engine.answers import parse_ranking, parse_rewrite
+from pytest_geo.engine.prompts import load_prompts
 from pytest_geo.llm.mock import SIGNAL
-from pytest_geo.prompts import load_prompts, render
+from pytest_geo.templates import render
 
 REPO = Path(__file__).resolve().parent.parent
 

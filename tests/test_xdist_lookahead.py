@@ -1,6 +1,6 @@
 """xdist workers keep rows in flight: real worker processes against the fake OpenAI
 server (in this process; workers reach it over TCP, the key comes from the env), and the
-steal path driven directly with xdist's own queue and steal code."""
+queue reading driven directly with xdist's own queue."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import asyncio
 import collections
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from contextlib import nullcontext
@@ -20,11 +18,11 @@ from typing import Any
 import pytest
 
 from conftest import PROMPTS, GeoProject, geo_rows
+from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
-from pytest_geo.session import GeoSession
+from pytest_geo.pytest_layer.lookahead import WorkerLookahead, worker_queue_lock
 from pytest_geo.settings import Settings
-from pytest_geo.xdist_lookahead import WorkerLookahead, worker_queue_lock
 
 xdist_remote = pytest.importorskip("xdist.remote")
 execnet = pytest.importorskip("execnet")
@@ -161,50 +159,6 @@ def rows(pytester: pytest.Pytester) -> list[pytest.Item]:
     return items
 
 
-def test_rows_stolen_from_the_queue_are_cancelled_and_can_come_back(rows: list[pytest.Item]) -> None:
-    client = Gated()
-    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), client)
-    queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
-    for index in range(8):
-        queue.put(index)
-
-    def start(index: int) -> None:
-        """What the worker does: pop the next index, run the item with it as nextitem."""
-        assert queue.get() == index + 1
-        lookahead.before(rows[index], rows[index + 1])
-
-    lookahead = WorkerLookahead(geo, rows, queue.lock)
-    try:
-        # 2 x concurrency = 4 rows are scheduled: r0 and r1 hold the runner's 2 slots
-        # (rank_before and the rewrite each), r2 and r3 wait for one.
-        assert queue.get() == 0
-        start(0)
-        assert [item.nodeid for item in rows[:4]] == list(lookahead.scheduled)
-        client.wait_for_calls(4)
-        stolen = lookahead.scheduled[rows[3].nodeid]
-
-        # The controller steals the tail of the queue, r3 with it (xdist's own code).
-        events: list[tuple[str, dict[str, Any]]] = []
-        interactor = SimpleNamespace(torun=queue, sendevent=lambda name, **kw: events.append((name, kw)))
-        xdist_remote.WorkerInteractor.steal(interactor, [3, 4, 5, 6, 7])
-        assert events == [("unscheduled", {"indices": [3, 4, 5, 6, 7]})]
-
-        start(1)
-        assert stolen.cancelled()
-        assert rows[3].nodeid not in lookahead.scheduled
-        geo.runner.run(client.open())
-        assert geo.outcome(rows[2].nodeid, rows[2].row).error is None
-        assert sorted(set(client.queries)) == ["red kettle number 0", "red kettle number 1", "red kettle number 2"]
-
-        # Handed back to this worker later, r3 runs afresh, once.
-        queue.put(3)
-        start(2)
-        assert geo.outcome(rows[3].nodeid, rows[3].row).error is None
-        assert client.queries.count("red kettle number 3") == 3
-    finally:
-        geo.close()
-
-
 def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> None:
     def config_with(interactor: Any) -> Any:
         config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugins=lambda: [object(), interactor]))
@@ -218,51 +172,28 @@ def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> 
 
     geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=4), MockClient())
     try:
-        lookahead = WorkerLookahead(geo, rows, None)
-        lookahead.before(rows[0], rows[1])
-        assert list(lookahead.scheduled) == [rows[0].nodeid, rows[1].nodeid]
+        WorkerLookahead(geo, rows, None).before(rows[0], rows[1])
+        assert [geo.scheduled(item.row) is not None for item in rows] == [True, True] + [False] * 6
     finally:
         geo.close()
 
 
 def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.Item]) -> None:
     geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
-    scheduled: list[str] = []
-    schedule = geo.schedule
-    geo.schedule = lambda key, row: (scheduled.append(key), schedule(key, row))[1]  # type: ignore[method-assign]
+    scheduled: list[int] = []
+    schedule_many = geo.schedule_many
+
+    def recording(batch: Any) -> Any:
+        batch = list(batch)
+        scheduled.extend(row.line for row in batch)
+        return schedule_many(batch)
+
+    geo.schedule_many = recording  # type: ignore[method-assign]
     queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
     for index in (1, 2, 2, 3):  # nextitem queued again, r2 twice: not what xdist does, but harmless
         queue.put(index)
     try:
         WorkerLookahead(geo, rows, queue.lock).before(rows[0], rows[1])
-        assert scheduled == [row.nodeid for row in rows[:4]]
+        assert scheduled == [item.row.line for item in rows[:4]]
     finally:
         geo.close()
-
-
-UNSCHEDULE_OFFLOADED = '''
-import sys
-from pytest_geo.data import iter_dataset
-from pytest_geo.session import GeoSession
-from pytest_geo.settings import Settings
-
-geo = GeoSession(Settings(mock=True, prompts_dir=sys.argv[2], use_cache=False))
-keyed = [(str(row.line), row) for row in iter_dataset(sys.argv[1], 1234)]
-geo.schedule_many(keyed)
-assert geo._offloads, "the rows went to the helper"
-geo.unschedule([keyed[-1][0]])  # the last chunk, not started yet
-print(geo.outcome(*keyed[-2]).rank_improvement)  # its neighbour still runs
-print(geo.outcome(*keyed[-1]).rank_improvement)  # and the forgotten row runs afresh
-geo.close()
-'''
-
-
-def test_unscheduling_an_offloaded_row_leaves_its_chunk_alone(tmp_path: Path) -> None:
-    # A forked mock helper needs a process with no other thread: not this xdist worker.
-    from pytest_geo.offload import MIN_ROWS
-
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(MIN_ROWS + 50)), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-c", UNSCHEDULE_OFFLOADED, str(data), str(PROMPTS)],
-                          capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout) == (0, "2\n2\n"), done.stderr

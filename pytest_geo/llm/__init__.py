@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, Message, ModelError
+from pytest_geo.llm.base import (
+    ChatClient,
+    ChatRequest,
+    ChatResponse,
+    Message,
+    ModelError,
+)
 
 __all__ = ["ChatClient", "ChatRequest", "ChatResponse", "Message", "ModelError"]

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.files import write_text_atomic
+from pytest_geo.data.files import write_text_atomic
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 CACHE_FORMAT = 1

@@ -7,9 +7,8 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-
-from pytest_geo.suites import GEO_METRIC, Suite, SuiteError
-from pytest_geo.validation import error_path, validator
+from pytest_geo.data.schemas import error_path, validator
+from pytest_geo.suites.suite import GEO_METRIC, Suite, SuiteError
 
 if TYPE_CHECKING:
     import jsonschema

@@ -6,16 +6,18 @@ import asyncio
 import functools
 import json
 import random
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from dataclasses import dataclass, field, replace
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 
-from pytest_geo.answers import AnswerError, parse_ranking, parse_rewrite
-from pytest_geo.data import Candidate, GeoRow
-from pytest_geo.facts import new_facts
+from pytest_geo.data.dataset import Candidate, GeoRow
+from pytest_geo.data.record import OutcomeFields
+from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
+from pytest_geo.engine.facts import new_facts
+from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.llm.base import ChatClient, ChatRequest
-from pytest_geo.prompts import PromptSet, placeholders, render
 from pytest_geo.scoring import Score
+from pytest_geo.templates import placeholders, render
 
 T = TypeVar("T")
 DEFAULT_REASKS = 2
@@ -53,22 +55,20 @@ class GeoOutcome:
             return Score.from_error(self.error)
         return Score(float(self.rank_improvement or 0), self.feedback)
 
-    def record(self) -> dict[str, Any]:
-        """The per-row record of the JSON report (plain types only: it crosses processes)."""
-        return {
-            "query_id": self.query_id,
-            "target_id": self.target_id,
-            "rank_before": self.rank_before,
-            "rank_after": self.rank_after,
-            "rank_improvement": self.rank_improvement,
-            "rewritten_description": self.rewritten_description,
-            "score": self.score().value,
-            "feedback": self.feedback,
-            "error": self.error,
-            # A tuple (a list in JSON): with no tracked values, the garbage collector
-            # stops scanning the record, and a run keeps one per row.
-            "fact_violations": self.fact_violations,
-        }
+    def record(self) -> OutcomeFields:
+        """This outcome's part of the row's record (plain types only: it crosses processes)."""
+        return OutcomeFields(
+            query_id=self.query_id,
+            target_id=self.target_id,
+            rank_before=self.rank_before,
+            rank_after=self.rank_after,
+            rank_improvement=self.rank_improvement,
+            rewritten_description=self.rewritten_description,
+            score=self.score().value,
+            feedback=self.feedback,
+            error=self.error,
+            fact_violations=list(self.fact_violations),
+        )
 
 
 def candidate_values(
@@ -259,21 +259,21 @@ class RepeatedOutcome:
         value = sum(o.score().value for _, o in self.runs) / len(self.runs)
         return Score(value, self.feedback, self.error is not None)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> OutcomeFields:
         """Means at the top (errored repeats count 0.0 in `score`), every repeat kept."""
         runs = [o for _, o in self.runs]
-        return {
-            "query_id": self.query_id,
-            "target_id": self.target_id,
-            "rank_before": self._mean([o.rank_before for o in runs]),
-            "rank_after": self._mean([o.rank_after for o in runs]),
-            "rank_improvement": self._mean([o.rank_improvement for o in runs]),
-            "rewritten_description": next((o.rewritten_description for o in runs if o.rewritten_description), None),
-            "score": self.score().value,
-            "feedback": self.feedback,
-            "error": self.error,
-            "repeats": [{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
-        }
+        return OutcomeFields(
+            query_id=self.query_id,
+            target_id=self.target_id,
+            rank_before=self._mean([o.rank_before for o in runs]),
+            rank_after=self._mean([o.rank_after for o in runs]),
+            rank_improvement=self._mean([o.rank_improvement for o in runs]),
+            rewritten_description=next((o.rewritten_description for o in runs if o.rewritten_description), None),
+            score=self.score().value,
+            feedback=self.feedback,
+            error=self.error,
+            repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
+        )
 
 
 async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int) -> RepeatedOutcome:

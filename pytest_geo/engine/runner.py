@@ -45,9 +45,8 @@ def _copy_outcome(future: concurrent.futures.Future[Any], task: asyncio.Task[Any
 class Runner:
     def __init__(self, concurrency: int) -> None:
         self._loop = asyncio.new_event_loop()
-        # Started on first use, so a run that never needs it (a large mock run, whose
-        # helper is forked while this process has no other thread) never starts it.
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
+        self._thread.start()
         self._slots = asyncio.Semaphore(concurrency)
         # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
         self._pending: dict[concurrent.futures.Future[Any], None] = {}
@@ -61,7 +60,6 @@ class Runner:
     def submit_many(self, makers: list[Callable[[], Awaitable[T]]]) -> list[concurrent.futures.Future[T]]:
         """Like `submit` for each, with one wake-up of the loop for the whole batch: at
         10,000 rows, one cross-thread call per row costs more than the mock's work."""
-        self._start()
         futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in makers]
         with self._lock:
             self._pending.update(dict.fromkeys(futures))
@@ -69,12 +67,6 @@ class Runner:
             future.add_done_callback(self._forget)
         self._loop.call_soon_threadsafe(self._start_all, list(zip(makers, futures)))
         return futures
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
-                self._thread.start()
 
     def _start_all(self, batch: list[tuple[Callable[[], Awaitable[Any]], concurrent.futures.Future[Any]]]) -> None:
         for make, future in batch:
@@ -104,7 +96,6 @@ class Runner:
         async def wrap() -> T:
             return await awaitable
 
-        self._start()
         return asyncio.run_coroutine_threadsafe(wrap(), self._loop).result(timeout)
 
     def cancel_pending(self) -> int:
@@ -120,14 +111,6 @@ class Runner:
             return
         self.closed = True
         self.cancel_pending()
-        if self._thread is None:  # never used: nothing runs on the loop
-            try:
-                if client is not None:
-                    self._loop.run_until_complete(client.aclose())
-            except Exception:  # best effort, as below
-                pass
-            self._loop.close()
-            return
         if client is not None:
             try:
                 self.run(client.aclose(), timeout=5)

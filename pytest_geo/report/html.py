@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pytest_geo.files import write_text_atomic
+from pytest_geo.data.files import write_text_atomic
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}

@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
-from pytest_geo.data import DatasetError, DatasetLine, iter_dataset
+from pytest_geo.data.dataset import DatasetError, DatasetLine, iter_dataset
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 
 Row = tuple[Any, Any]
 DatasetSpec = Union[Sequence[Row], Callable[[], Iterable[Row]], str, Path]
 MetricFn = Callable[..., Any]
 GEO_METRIC = "rank_improvement"
-SPLITS = ("test", "train", "all")
 
 
 class SuiteError(Exception):

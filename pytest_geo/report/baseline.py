@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from pytest_geo.stats import Paired, paired
+from pytest_geo.report.stats import Paired, paired
 
 ALPHA = 0.05
 

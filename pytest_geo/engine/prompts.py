@@ -1,13 +1,11 @@
-"""Prompt directories in the E-GEO layout and single-pass `{{placeholder}}` rendering."""
+"""Prompt directories in the E-GEO layout: which templates a role needs, what each may use."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+from pytest_geo.templates import PromptError, placeholders
 
 # What each template may use, and what it must use to do its job.
 RANKER_VARS = frozenset({"query", "query_id", "candidates", "candidates_json", "n_candidates"})
@@ -26,27 +24,6 @@ OPTIONAL_TEMPLATES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "meta_optimizer_system.txt": (OPTIMIZER_VARS, frozenset()),
     "meta_optimizer_user.txt": (OPTIMIZER_VARS, frozenset({"current_prompt"})),
 }
-
-
-class PromptError(Exception):
-    """A prompts directory that cannot be used; the message names the file."""
-
-
-def placeholders(template: str) -> set[str]:
-    return set(PLACEHOLDER.findall(template))
-
-
-def render(template: str, values: Mapping[str, object]) -> str:
-    """Substitute `{{name}}` in one pass: text coming from values is never re-scanned,
-    so template syntax inside data (a description holding `{{title}}`) stays literal."""
-
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in values:
-            raise KeyError(name)
-        return str(values[name])
-
-    return PLACEHOLDER.sub(substitute, template)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from pytest_geo.llm.base import ChatRequest
-from pytest_geo.prompts import PromptError, placeholders, render
+from pytest_geo.templates import PromptError, placeholders, render
 
 if TYPE_CHECKING:
-    from pytest_geo.session import GeoSession
+    from pytest_geo.engine.session import GeoSession
 
 PROCEDURE_ROLE = "procedure"  # answered by the rewriter's model: both write text
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Union
 
-from pytest_geo.validation import error_path, first_error, validator
+from pytest_geo.data.schemas import error_path, first_error, validator
 
 if TYPE_CHECKING:
     import jsonschema
 
 MAX_MESSAGE = 200
+RowKey = tuple[str, int]  # (dataset path, line): where a row comes from, unique in a run
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class GeoRow:
     @property
     def label(self) -> str:
         return self.query_id if self.query_id is not None else f"line{self.line}"
+
+    @property
+    def key(self) -> RowKey:
+        return (self.path, self.line)
 
 
 @dataclass(frozen=True)

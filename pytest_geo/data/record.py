@@ -1,0 +1,74 @@
+"""A row's record: the one typed structure every report reads, built here only.
+
+Records are plain data (a TypedDict is a dict at run time): they ride on pytest's test
+reports to an xdist controller and go into the JSON report as they are."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+RecordKind = Literal["geo", "suite", "problem", "empty"]
+SCORED: tuple[RecordKind, ...] = ("geo", "suite")
+
+
+class _Where(TypedDict):
+    kind: RecordKind
+    suite: str
+    metric: str
+    split: str
+    nodeid: str
+    line: int
+    threshold: float | None
+
+
+class OutcomeFields(TypedDict, total=False):
+    """What a GEO row's experiment adds (engine/experiment.py fills it)."""
+
+    query_id: str | None
+    target_id: str
+    rank_before: float | None
+    rank_after: float | None
+    rank_improvement: float | None
+    rewritten_description: str | None
+    score: float
+    feedback: str
+    error: str | None
+    fact_violations: list[str]
+    repeats: list[dict[str, Any]]
+
+
+class RowRecord(_Where, OutcomeFields, total=False):
+    """`kind` says which fields are set: geo rows have the OutcomeFields plus `dataset`
+    and `target_was_chosen`; suite rows `index`, `input`, `score`, `feedback`, `error`;
+    problems `dataset` and `problem`; an empty split only the location."""
+
+    dataset: str
+    target_was_chosen: bool
+    index: int
+    input: str
+    problem: str
+
+
+def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str, line: int,
+          threshold: float | None) -> RowRecord:
+    return RowRecord(kind=kind, suite=suite, metric=metric, split=split, nodeid=nodeid, line=line,
+                     threshold=threshold)
+
+
+def geo_record(base: RowRecord, dataset: str, outcome: OutcomeFields, target_was_chosen: bool) -> RowRecord:
+    record = RowRecord(**base, dataset=dataset, target_was_chosen=target_was_chosen)
+    record.update(outcome)
+    return record
+
+
+def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,
+                 error: str | None) -> RowRecord:
+    return RowRecord(**base, index=index, input=input, score=score, feedback=feedback, error=error)
+
+
+def problem_record(base: RowRecord, dataset: str, problem: str) -> RowRecord:
+    return RowRecord(**base, dataset=dataset, problem=problem)
+
+
+def is_scored(record: RowRecord) -> bool:
+    return record["kind"] in SCORED

@@ -1,0 +1,106 @@
+"""One evaluation run's engine, shared by the plugin and the `egeo` command: the prompts,
+the client, the runner, and each row's pending outcome."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+from collections.abc import Awaitable, Iterable
+
+from pytest_geo.data.dataset import GeoRow, RowKey
+from pytest_geo.engine.experiment import (
+    GeoEngine,
+    GeoOutcome,
+    RepeatedOutcome,
+    run_repeats,
+)
+from pytest_geo.engine.prompts import PromptSet, load_prompts
+from pytest_geo.engine.runner import BoundedClient, Runner
+from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.factory import build_client, with_cache
+from pytest_geo.llm.usage import UsageClient, UsageTable
+from pytest_geo.settings import Settings
+
+REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
+
+Outcome = GeoOutcome | RepeatedOutcome
+
+
+class GeoSession:
+    """Built on first need, so runs without GEO rows or prompt procedures never need a
+    key; the E-GEO prompts are loaded on first use, so suites whose procedures are their
+    own prompts need no prompts directory.
+
+    Rows are keyed by where they come from (dataset path and line), never by a name: two
+    rows can share a query id, never a line."""
+
+    def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
+        self.settings = settings
+        backend = client or build_client(settings)
+        # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
+        # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
+        # the rewrite), so 2N request slots never hold a plain row back, and they still
+        # bound --geo-repeats (K experiments per row) and anything else sharing the client.
+        requests = REQUESTS_PER_ROW * settings.concurrency
+        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
+        self.client: ChatClient = self.usage
+        self.runner = Runner(settings.concurrency)
+        self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
+
+    @functools.cached_property
+    def prompts(self) -> PromptSet:
+        """The E-GEO prompt set; raises PromptError when it is missing or broken."""
+        return load_prompts(self.settings.prompts_dir)
+
+    @functools.cached_property
+    def engine(self) -> GeoEngine:
+        settings = self.settings
+        return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
+                         strict_facts=settings.strict_facts)
+
+    def schedule(self, row: GeoRow) -> concurrent.futures.Future[Outcome]:
+        return self.schedule_many([row])[0]
+
+    def schedule_many(self, rows: Iterable[GeoRow]) -> list[concurrent.futures.Future[Outcome]]:
+        """Schedule rows not yet scheduled, with one hand-over to the runner's loop."""
+        rows = list(rows)
+        fresh = [row for row in rows if row.key not in self._futures]
+        futures = self.runner.submit_many([functools.partial(self._run, row) for row in fresh])
+        self._futures.update((row.key, future) for row, future in zip(fresh, futures))
+        return [self._futures[row.key] for row in rows]
+
+    def scheduled(self, row: GeoRow) -> concurrent.futures.Future[Outcome] | None:
+        return self._futures.get(row.key)
+
+    def _run(self, row: GeoRow) -> Awaitable[Outcome]:
+        if self.settings.repeats > 1:
+            return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
+        return self.engine.run(row)
+
+    def outcome(self, row: GeoRow) -> Outcome:
+        """Wait for a row (scheduling it now if nobody did); the future is then dropped so
+        finished rows do not pile up in memory."""
+        future = self.schedule(row)
+        try:
+            return future.result()
+        finally:
+            self._futures.pop(row.key, None)
+
+    def evaluate(self, rows: Iterable[GeoRow]) -> list[GeoOutcome]:
+        rows = list(rows)
+        self.schedule_many(rows)
+        outcomes = [self.outcome(row) for row in rows]
+        single = [o for o in outcomes if isinstance(o, GeoOutcome)]
+        if len(single) != len(outcomes):
+            raise ValueError("evaluate() gives one outcome per row: use it with repeats = 1")
+        return single
+
+    def usage_table(self) -> UsageTable:
+        """Model usage per role. Read it after `close`."""
+        return self.usage.usage
+
+    def cancel_pending(self) -> int:
+        return self.runner.cancel_pending()
+
+    def close(self) -> None:
+        self.runner.close(self.client)

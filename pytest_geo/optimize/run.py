@@ -1,0 +1,187 @@
+"""What every optimize-prompts search shares: its options, where it writes, the
+meta-optimizer's reflection, and writing the result (only after the search is over,
+atomically, and the working template only with --apply)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_geo.data.files import write_text_atomic
+from pytest_geo.engine.experiment import GeoEngine
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm import factory
+from pytest_geo.llm.base import ChatClient
+from pytest_geo.optimize.search import (
+    REWRITER,
+    CallCounter,
+    Example,
+    OptimizeError,
+    PromptTask,
+    Reflection,
+    describe,
+    search,
+)
+from pytest_geo.settings import Settings
+
+
+@dataclass
+class OptimizeOptions:
+    train: Path | None = None
+    val: Path | None = None
+    iters: int = 3
+    max_metric_calls: int | None = None
+    apply: bool = False
+    out: TextIO | None = None  # default: sys.stdout at call time
+    suites: Path | None = None  # optimize the prompt procedures of a suites file instead
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where one search writes: the candidate, its scores, and (with --apply) the
+    working template; `working` is None for a template written inline in code."""
+
+    working: Path | None
+    candidate: Path
+    scores: Path
+
+
+def counted_client(settings: Settings, client: ChatClient | None) -> CallCounter:
+    """The run's client (the one given, else built from settings) under a call counter."""
+    return CallCounter(client or factory.build_client(settings))
+
+
+def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
+    prompts = engine.prompts
+    for name in ("meta_optimizer_system", "meta_optimizer_user"):
+        if getattr(prompts, name) is None:
+            raise OptimizeError(f"{prompts_dir / (name + '.txt')}: prompt file not found (optimize-prompts needs it)")
+
+    def ask(system: str, user: str, context: Mapping[str, Any], parse: Callable[[str], str]) -> Awaitable[str]:
+        return engine.ask("optimizer", system, user, context, parse)
+
+    return Reflection(
+        system=prompts.meta_optimizer_system or "",
+        user=prompts.meta_optimizer_user or "",
+        required=tuple(required),
+        optional=tuple(optional),
+        ask=ask,
+    )
+
+
+def search_and_write(
+    task: PromptTask,
+    current: str,
+    train: Sequence[Example],
+    val: Sequence[Example],
+    reflection: Reflection,
+    geo: GeoSession,
+    counter: CallCounter,
+    options: OptimizeOptions,
+    outputs: Outputs,
+    sources: Mapping[str, str],
+) -> int:
+    """Search, then write the candidate and its scores (and with --apply the working
+    template): nothing is written before the search is over."""
+    out = options.out or sys.stdout
+    settings = geo.settings
+    original = outputs.working.read_bytes() if outputs.working is not None else None
+    budget = "none" if options.max_metric_calls is None else str(options.max_metric_calls)
+    print(
+        f"optimize-prompts: {task.component}: {len(train)} training rows ({sources['train']}), {len(val)} "
+        f"validation rows ({sources['val']}), seed {settings.seed}, iters {options.iters}, max metric calls {budget}",
+        file=out,
+        flush=True,
+    )
+    result = search(
+        task,
+        current,
+        train,
+        val,
+        reflection,
+        geo.runner,
+        iters=options.iters,
+        max_metric_calls=options.max_metric_calls,
+        seed=settings.seed,
+        counter=counter,
+        out=out,
+    )
+    search_calls = counter.total
+    final = result.rescore(result.best.template, train, phase="final training score")
+    train_summary = task.summary([s.value for s in final])
+
+    best, baseline = result.best, result.baseline
+    task.check(best.template)  # the guard once more, right before anything is written
+    k, m = len(result.candidates), len(val)
+    scores = {
+        "component": task.component,
+        "seed": settings.seed,
+        **sources,
+        "baseline_validation": baseline.summary,
+        "best_validation": best.summary,
+        "best_candidate": best.index,
+        "best_is_current_prompt": best.template == current,
+        "post_optimization_train": train_summary,
+        "candidates_tried": result.templates_tried,
+        "candidates_validated": k,
+        "proposals": result.proposals,
+        "proposals_rejected": len(result.rejected),
+        "rejections": result.rejected,
+        "metric_calls": result.metric_calls,
+        "max_metric_calls": options.max_metric_calls,
+        "stopped": result.stopped,
+        "model_calls": counter.total,
+        "model_calls_search": search_calls,
+        "model_calls_by_role": dict(sorted(counter.by_role.items())),
+        "model_calls_by_phase": dict(sorted(counter.by_phase.items())),
+        "validation_call_bound": m + 2 * k * m if task.component == REWRITER else None,
+        "applied": False,
+    }
+    write_text_atomic(outputs.candidate, best.template)
+    working = outputs.working
+    applied = False
+    if options.apply and best.template != current:
+        if working is None:
+            print(f"egeo: warning: {task.component}: the template is written inline; copy the candidate by hand",
+                  file=sys.stderr)
+        elif working.read_bytes() != original:
+            print(f"egeo: warning: {working} changed during the run; not applied", file=sys.stderr)
+        else:
+            write_text_atomic(working, best.template)
+            applied = True
+    scores["applied"] = applied
+    write_text_atomic(outputs.scores, json.dumps(scores, indent=2, sort_keys=False) + "\n")
+
+    stop_text = {
+        "iterations": f"{options.iters} iterations done",
+        "max_metric_calls": f"at the metric-call budget of {options.max_metric_calls}",
+    }[result.stopped]
+    print(f"stopped: {stop_text} ({result.metric_calls} metric calls used)", file=out)
+    print(
+        f"best: candidate {best.index}; validation {describe(best.summary)} "
+        f"(current prompt: {describe(baseline.summary)})",
+        file=out,
+    )
+    print(f"post-optimization training score: {describe(train_summary)}", file=out)
+    roles = ", ".join(f"{role} {n}" for role, n in sorted(counter.by_role.items()))
+    bound = f" (at most M + 2*K*M = {m + 2 * k * m}, plus re-asks)" if task.component == REWRITER else ""
+    print(
+        f"model calls: {counter.total} ({roles}); validation: {counter.by_phase.get('validation', 0)} "
+        f"for K={k} candidates over M={m} rows{bound}",
+        file=out,
+    )
+    print(
+        f"candidates tried: {result.templates_tried}, validated: {k}, proposals rejected: {len(result.rejected)}",
+        file=out,
+    )
+    if applied:
+        print(f"applied: {working} replaced (candidate in {outputs.candidate}, scores in {outputs.scores})", file=out)
+    else:
+        unchanged = f"; {working} unchanged" if working is not None else ""
+        print(f"wrote {outputs.candidate} and {outputs.scores}{unchanged}", file=out)
+    out.flush()
+    return 0

@@ -1,0 +1,112 @@
+"""Collectors: GEO dataset files, YAML suite files, suites declared in test modules and
+conftest files; each yields one item per row of the selected split."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from pytest_geo.data.dataset import (
+    DatasetError,
+    DatasetLine,
+    RowProblem,
+    iter_dataset,
+    row_names,
+)
+from pytest_geo.pytest_layer.items import (
+    EmptySplitItem,
+    GeoProblemItem,
+    GeoRowItem,
+    SuiteItem,
+)
+from pytest_geo.pytest_layer.state import register_marker, settings_of
+from pytest_geo.suites.suite import Suite, SuiteError, load_rows, suites_in
+from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
+
+
+def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: str, split: str,
+               threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
+    for name, line in zip(row_names(lines), lines):
+        node_name = name_format.format(name)
+        if isinstance(line, RowProblem):
+            yield GeoProblemItem.from_parent(parent, name=node_name, problem=line, suite=suite, split=split,
+                                             threshold=threshold)
+        else:
+            yield GeoRowItem.from_parent(parent, name=node_name, row=line, suite=suite, split=split,
+                                         threshold=threshold)
+
+
+class GeoDatasetFile(pytest.File):
+    """`--geo-dataset FILE`: shorthand for a suite over FILE scored by rank improvement."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            lines = list(iter_dataset(self.path, settings_of(self.config).seed, display=self.nodeid))
+        except DatasetError as exc:
+            raise self.CollectError(str(exc)) from None
+        self.add_marker("geo")  # on the file, not per item: its rows inherit it
+        yield from _geo_items(self, lines, suite=self.nodeid, split="train")
+
+
+class SuiteCollector(pytest.Collector):
+    """One declared suite; its children are the rows of the selected split(s)."""
+
+    def __init__(self, *, suite: Suite, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suite = suite
+
+    def collect(self) -> Iterator[pytest.Item]:
+        settings = settings_of(self.config)
+        where = self.parent.nodeid if self.parent is not None else ""
+        try:
+            metric = self.suite.check()
+            splits = self.suite.splits(settings.split)
+        except SuiteError as exc:
+            raise self.CollectError(f"{where}: {exc}") from None
+        for marker in (self.suite.name, *self.suite.markers):
+            register_marker(self.config, marker)
+            self.add_marker(marker)
+        self.add_marker("geo")
+        common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold}
+        for split, spec in splits:
+            try:
+                rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
+                                 geo=metric.is_geo)
+            except SuiteError as exc:
+                raise self.CollectError(f"{where}: {exc}") from None
+            if not rows:
+                yield EmptySplitItem.from_parent(self, name=f"{split}[no examples]", metric=metric, split=split,
+                                                 **common)
+            elif metric.is_geo:
+                yield from _geo_items(self, rows, split=split, name_format=split + "[{}]", **common)
+            else:
+                for index, (value, expected) in enumerate(rows):
+                    yield SuiteItem.from_parent(self, name=f"{split}[{index}]", metric=metric, split=split,
+                                                index=index, value=value, expected=expected, **common)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if excinfo.errisinstance(self.CollectError):
+            return str(excinfo.value.args[0])
+        return super().repr_failure(excinfo)
+
+
+class SuiteFile(pytest.File):
+    """A YAML suite file (`*.geo.yaml` by default)."""
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        try:
+            suite = load_suite_file(self.path, self.nodeid)
+        except SuiteFileError as exc:
+            raise self.CollectError(str(exc)) from None
+        yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)
+
+
+class ConftestSuites(pytest.File):
+    """Suites declared in a conftest.py, which pytest imports but never collects."""
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        module = self.config.pluginmanager.get_plugin(str(self.path))
+        for suite in suites_in(module):
+            yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)

@@ -1,0 +1,113 @@
+"""The items: each GEO dataset line and each suite row is one pytest item, which runs its
+row, records the result on itself and fails with a one-line message when the row errs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_geo.data.dataset import GeoRow, RowProblem
+from pytest_geo.data.record import (
+    RowRecord,
+    geo_record,
+    problem_record,
+    suite_record,
+    where,
+)
+from pytest_geo.pytest_layer.state import geo_session_of
+from pytest_geo.scoring import Score, shorten_repr
+from pytest_geo.suites.procedures import running_with
+from pytest_geo.suites.suite import GEO_METRIC, Metric, score_metric
+
+
+class GeoRowFailure(Exception):
+    """An expected failure kind: reported as its one-line message, no traceback."""
+
+
+class GeoItem(pytest.Item):
+    """A row. Its markers (`geo`, the suite's name and declared markers) sit on the
+    parent collector, which `-m`, `iter_markers` and `get_closest_marker` all consult."""
+
+    line: int = 0
+    geo_record: RowRecord | None = None
+
+    def __init__(self, *, suite: str, split: str, threshold: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suite_name = suite
+        self.split = split
+        self.threshold = threshold
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if excinfo.errisinstance(GeoRowFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, max(self.line - 1, 0), self.name
+
+    def _where(self, kind: Any, metric: str) -> RowRecord:
+        return where(kind, suite=self.suite_name, metric=metric, split=self.split, nodeid=self.nodeid,
+                     line=self.line, threshold=self.threshold)
+
+
+class GeoRowItem(GeoItem):
+    def __init__(self, *, row: GeoRow, **kwargs: Any) -> None:
+        self.row = row
+        self.line = row.line
+        super().__init__(**kwargs)
+
+    def runtest(self) -> None:
+        outcome = geo_session_of(self.config).outcome(self.row)
+        self.geo_record = geo_record(self._where("geo", GEO_METRIC), self.row.path, outcome.record(),
+                                     self.row.target_was_chosen)
+        if outcome.error is not None:
+            raise GeoRowFailure(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
+
+
+class GeoProblemItem(GeoItem):
+    def __init__(self, *, problem: RowProblem, **kwargs: Any) -> None:
+        self.problem = problem
+        self.line = problem.line
+        super().__init__(**kwargs)
+
+    def runtest(self) -> None:
+        self.geo_record = problem_record(self._where("problem", GEO_METRIC), self.problem.path,
+                                         self.problem.problem)
+        raise GeoRowFailure(str(self.problem))
+
+
+class SuiteItem(GeoItem):
+    """One (input, expected) row scored by the suite's metric."""
+
+    def __init__(self, *, metric: Metric, index: int, value: Any, expected: Any, **kwargs: Any) -> None:
+        self.metric = metric
+        self.index = index
+        self.value = value
+        self.expected = expected
+        super().__init__(**kwargs)
+
+    def runtest(self) -> None:
+        score = self._score()
+        self.geo_record = suite_record(
+            self._where("suite", self.metric.name), self.index, shorten_repr(self.value, 200), score.value,
+            score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
+        )
+        if score.error:
+            raise GeoRowFailure(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+
+    def _score(self) -> Score:
+        with running_with(lambda: geo_session_of(self.config)):
+            return score_metric(self.metric, self.value, self.expected)
+
+
+class EmptySplitItem(GeoItem):
+    """Stands for a selected dataset with no rows, so the suite still reports 0.0."""
+
+    def __init__(self, *, metric: Metric, **kwargs: Any) -> None:
+        self.metric = metric
+        super().__init__(**kwargs)
+
+    def runtest(self) -> None:
+        self.geo_record = self._where("empty", self.metric.name)

@@ -1,0 +1,115 @@
+"""Rows in flight on a pytest-xdist worker.
+
+Without xdist, plugin.py schedules every selected row before the first one runs. A
+worker cannot: the controller sends it items a few at a time while it runs. So each time
+a worker starts an item, `WorkerLookahead.before` schedules that row and the GEO rows
+queued behind it (pytest's `nextitem`, then the worker's queue), keeping up to
+2 x `--geo-concurrency` unfinished rows scheduled: the runner runs `--geo-concurrency` of
+them at once and the rest start as soon as a slot frees.
+
+xdist has no public API for a worker's queue. Its `WorkerInteractor` (a plugin on the
+worker's plugin manager) holds `torun`, a `TestQueue` whose `lock()` context manager
+yields the deque of queued indices into `session.items`. We read that duck-typed, under
+its lock; if it is missing or shaped differently (another xdist version), or under
+`--dist worksteal` (whose controller takes queued items back to run elsewhere, so a row
+read from the queue could be sent to the model twice), the worker looks ahead to
+`nextitem` only, which pytest passes publicly. README: "Concurrency" has the measured gain.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_geo.pytest_layer.items import GeoRowItem
+
+if TYPE_CHECKING:
+    from pytest_geo.engine.session import GeoSession
+
+DIST_KEY = "geo_dist"  # workerinput key: the controller's --dist mode
+STEALING_MODES = frozenset({"worksteal"})
+AHEAD = 2  # unfinished rows kept scheduled, per --geo-concurrency
+
+QueueLock = Callable[[], AbstractContextManager[Any]]
+
+
+class LookaheadControllerHooks:
+    """Registered on an xdist controller: tells each worker the --dist mode."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        workerinput = getattr(node, "workerinput", None)
+        if isinstance(workerinput, dict):
+            workerinput[DIST_KEY] = self.config.getoption("dist", None)
+
+
+def worker_queue_lock(config: pytest.Config) -> QueueLock | None:
+    """The `lock` of the xdist worker's TestQueue, if the plugin holding it looks like
+    xdist 3.x's WorkerInteractor; None otherwise (the caller uses `nextitem` only)."""
+    for plugin in config.pluginmanager.get_plugins():
+        torun = getattr(plugin, "torun", None)
+        lock = getattr(torun, "lock", None)
+        if getattr(plugin, "config", None) is config and callable(lock):
+            try:
+                with lock() as queue:
+                    if isinstance(queue, collections.deque):
+                        found: QueueLock = lock
+                        return found
+            except Exception:  # not the queue we know
+                return None
+    return None
+
+
+class WorkerLookahead:
+    def __init__(self, geo: GeoSession, items: list[pytest.Item], lock: QueueLock | None) -> None:
+        self.geo = geo
+        self.budget = AHEAD * geo.settings.concurrency
+        self.items = items
+        self.lock = lock
+
+    @classmethod
+    def for_worker(cls, session: pytest.Session, geo: GeoSession) -> WorkerLookahead:
+        config = session.config
+        dist = getattr(config, "workerinput", {}).get(DIST_KEY)
+        lock = None if dist in STEALING_MODES else worker_queue_lock(config)
+        return cls(geo, session.items, lock)
+
+    def before(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Called as the worker starts `item`, before it runs: schedule rows in run order
+        until `budget` unfinished ones are scheduled."""
+        if item.session.shouldfail or item.session.shouldstop:
+            return
+        ahead = [item] + ([nextitem] if nextitem is not None else []) + self._queued(2 * self.budget)
+        left = self.budget
+        fresh = []
+        for candidate in dict.fromkeys(ahead):  # each once, in order
+            if left <= 0:
+                break
+            if not isinstance(candidate, GeoRowItem):
+                continue
+            future = self.geo.scheduled(candidate.row)
+            if future is None:
+                fresh.append(candidate.row)
+                left -= 1
+            elif not future.done():
+                left -= 1
+        self.geo.schedule_many(fresh)
+
+    def _queued(self, limit: int) -> list[pytest.Item]:
+        """The first `limit` items in the worker's queue; none when it cannot be read.
+        The lock is held only to copy the indices."""
+        if self.lock is None:
+            return []
+        with self.lock() as queue:
+            if not isinstance(queue, collections.deque):
+                return []
+            indices = list(itertools.islice(queue, limit))
+        return [self.items[i] for i in indices if isinstance(i, int) and 0 <= i < len(self.items)]

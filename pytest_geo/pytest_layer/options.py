@@ -1,0 +1,178 @@
+"""The `--geo-*` flags and their ini twins, and turning them into the run's Settings."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from pytest_geo.options import (
+    any_int,
+    min_score,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    split_mode,
+    temperature,
+)
+from pytest_geo.settings import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_SEED,
+    DEFAULT_TIMEOUT,
+    MOCK_ENV,
+    MODEL_ENV,
+    ROLES,
+    Settings,
+    build_settings,
+)
+
+# Settings field -> (option dest, ini name, parser): the command line wins, then the ini file.
+VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
+    "seed": ("geo_seed", "geo_seed", any_int),
+    "temperature": ("geo_temperature", "geo_temperature", temperature),
+    "base_url": ("geo_base_url", "geo_base_url", str),
+    "timeout": ("geo_timeout", "geo_timeout", positive_float),
+    "concurrency": ("geo_concurrency", "geo_concurrency", positive_int),
+    "max_retries": ("geo_max_retries", "geo_max_retries", non_negative_int),
+    "split": ("geo_split", "geo_split", split_mode),
+    "repeats": ("geo_repeats", "geo_repeats", positive_int),
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
+    group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
+                    help="GEO JSONL dataset to evaluate; repeatable (ini: geo_datasets).")
+    group.addoption("--geo-mock", action="store_true", default=False,
+                    help=f"use the deterministic offline mock model for every role; no network, "
+                         f"no key (env: {MOCK_ENV}=1).")
+    group.addoption("--geo-prompts", metavar="DIR", default=None,
+                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts).")
+    group.addoption("--geo-seed", type=any_int, default=None, metavar="N",
+                    help=f"seed for choosing a missing target_id (ini: geo_seed; default: {DEFAULT_SEED}).")
+    group.addoption("--geo-report", metavar="PATH", default=None,
+                    help="write the JSON report (aggregates and one record per row) to PATH.")
+    for role in ROLES:
+        group.addoption(f"--geo-{role}-model", metavar="MODEL", default=None,
+                        help=f"model for the {role} role (ini: geo_{role}_model; env: {MODEL_ENV[role]}).")
+    group.addoption("--geo-temperature", type=temperature, default=None, metavar="T",
+                    help="sampling temperature for every call (ini: geo_temperature; default: 0).")
+    group.addoption("--geo-base-url", metavar="URL", default=None,
+                    help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL).")
+    group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
+                    help=f"timeout for each model call (ini: geo_timeout; default: {DEFAULT_TIMEOUT:g}).")
+    group.addoption("--geo-concurrency", type=positive_int, default=None, metavar="N",
+                    help="most rows in flight at once; each makes at most 2 model calls at a time, so at "
+                         f"most 2N requests (ini: geo_concurrency; default: {DEFAULT_CONCURRENCY}).")
+    group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
+                    help=f"retries of a failed model call (ini: geo_max_retries; default: {DEFAULT_MAX_RETRIES}).")
+    group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
+                    help="suite rows to score: test (test_data, else data; default), train (data), "
+                         "or all (both, reported separately) (ini: geo_split).")
+    group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
+                    help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
+                         "suite's own threshold.")
+    group.addoption("--geo-strict-facts", action="store_true", default=None,
+                    help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
+                         "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
+    group.addoption("--geo-cache-dir", metavar="DIR", default=None,
+                    help="directory of the model-answer cache (ini: geo_cache_dir; "
+                         "default: the pytest cache, <rootdir>/.pytest_cache/d/geo).")
+    group.addoption("--geo-no-cache", action="store_true", default=False,
+                    help="neither read nor write the model-answer cache.")
+    group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
+                    help="run each GEO row K times, each with its own seeded candidate order, and "
+                         "average them (ini: geo_repeats; default: 1).")
+    group.addoption("--geo-baseline", metavar="PATH", default=None,
+                    help="compare this run with an earlier --geo-report JSON file.")
+    group.addoption("--geo-fail-on-regression", action="store_true", default=False,
+                    help="with --geo-baseline: fail the run when a suite drops significantly "
+                         "(paired sign test p < 0.05 and mean difference < 0).")
+    group.addoption("--geo-html", metavar="PATH", default=None,
+                    help="write a self-contained HTML report to PATH.")
+
+    parser.addini("geo_suite_files", "glob patterns of YAML suite files", type="args", default=["*.geo.yaml"])
+    parser.addini("geo_split", "suite rows to score: test, train or all", default="")
+    parser.addini("geo_datasets", "GEO JSONL datasets, relative to the rootdir", type="paths", default=[])
+    parser.addini("geo_prompts", "prompts directory, relative to the rootdir", default="")
+    parser.addini("geo_seed", "seed for choosing a missing target_id", default="")
+    for role in ROLES:
+        parser.addini(f"geo_{role}_model", f"model for the {role} role", default="")
+    parser.addini("geo_temperature", "sampling temperature", default="")
+    parser.addini("geo_base_url", "OpenAI-compatible server URL", default="")
+    parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
+    parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests)", default="")
+    parser.addini("geo_max_retries", "retries of a failed model call", default="")
+    parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
+    parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
+    parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
+
+
+def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
+    """The command line wins, then the ini file; ini values are validated like flags."""
+    value = config.getoption(option)
+    if value is not None:
+        return value
+    raw = str(config.getini(ini)).strip()
+    if not raw:
+        return None
+    try:
+        return convert(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini option {ini}: {exc}") from None
+
+
+def settings_from_config(config: pytest.Config) -> Settings:
+    given: dict[str, Any] = {name: _pick(config, *spec) for name, spec in VALUED.items()}
+    given["mock"] = config.getoption("geo_mock")
+    given["prompts_dir"] = prompts_dir(config)
+    strict = config.getoption("geo_strict_facts")
+    given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
+    models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
+    return build_settings(given, models)
+
+
+def prompts_dir(config: pytest.Config) -> Path:
+    named = config.getoption("geo_prompts")
+    if named:
+        return Path(named).resolve()
+    ini = str(config.getini("geo_prompts")).strip()
+    return config.rootpath / (ini or "prompts")
+
+
+def dataset_paths(config: pytest.Config) -> list[Path]:
+    named = [(Path(p), "--geo-dataset") for p in config.getoption("geo_dataset")]
+    named += [(Path(p), "ini option geo_datasets") for p in config.getini("geo_datasets")]
+    paths = []
+    for path, source in named:
+        resolved = (config.invocation_params.dir / path).resolve() if not path.is_absolute() else path
+        if not resolved.is_file():
+            raise pytest.UsageError(f"{source}: dataset not found: {path}")
+        paths.append(resolved)
+    return paths
+
+
+def set_cache_location(config: pytest.Config, settings: Settings) -> None:
+    """--geo-no-cache, else --geo-cache-dir, else ini geo_cache_dir, else the pytest cache
+    (created only now, when a model is about to be used). With the cacheprovider disabled
+    (-p no:cacheprovider) the same place is used: <rootdir>/.pytest_cache/d/geo."""
+    from pytest_geo.llm.cache import make_ignored_pytest_cache
+
+    if config.getoption("geo_no_cache"):
+        settings.use_cache = False
+        return
+    named = config.getoption("geo_cache_dir")
+    ini = str(config.getini("geo_cache_dir")).strip()
+    if named:
+        settings.cache_dir = (config.invocation_params.dir / named).resolve()
+    elif ini:
+        settings.cache_dir = (config.rootpath / ini).resolve()
+    elif getattr(config, "cache", None) is not None:
+        settings.cache_dir = config.cache.mkdir("geo")
+    else:
+        settings.cache_dir = config.rootpath / ".pytest_cache" / "d" / "geo"
+        if not settings.mock:
+            make_ignored_pytest_cache(config.rootpath / ".pytest_cache")

@@ -1,0 +1,71 @@
+"""What a pytest run keeps on its config (stash keys) and how the layer reads it; below
+the hooks, so collectors, items and plugin.py import it and not each other."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_geo.report.results import Results
+from pytest_geo.settings import Settings
+
+if TYPE_CHECKING:
+    from pytest_geo.engine.session import GeoSession
+
+SETTINGS = pytest.StashKey[Settings]()
+SESSION = pytest.StashKey["GeoSession | None"]()
+RESULTS = pytest.StashKey[Results]()
+DATASETS = pytest.StashKey["set[Path]"]()
+LOOKAHEAD = pytest.StashKey["WorkerLookahead | None"]()
+REGISTERED_MARKERS = pytest.StashKey["set[str]"]()
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    return config.stash[SETTINGS]
+
+
+def results_of(config: pytest.Config) -> Results:
+    return config.stash[RESULTS]
+
+
+def is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def running_session(config: pytest.Config) -> GeoSession | None:
+    """The engine if this run has started one (nothing is built here)."""
+    return config.stash.get(SESSION, None)
+
+
+def geo_session_of(config: pytest.Config) -> GeoSession:
+    """The run's engine, built on first need: runs without GEO rows or prompt procedures
+    never build a client, so they never need a key."""
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        session = config.stash[SESSION] = _start(config)
+    return session
+
+
+def _start(config: pytest.Config) -> GeoSession:
+    # Imported here: the plugin loads in every pytest run, the engine (asyncio, the fact
+    # checker's patterns) only in runs that use a model.
+    from pytest_geo.engine.session import GeoSession
+    from pytest_geo.llm.factory import ClientSetupError
+    from pytest_geo.pytest_layer.options import set_cache_location
+    from pytest_geo.templates import PromptError
+
+    settings = settings_of(config)
+    set_cache_location(config, settings)
+    try:
+        return GeoSession(settings, config.hook.pytest_geo_make_client(config=config, settings=settings))
+    except (PromptError, ClientSetupError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def register_marker(config: pytest.Config, name: str) -> None:
+    """Suite names and declared markers are registered, so --strict-markers stays clean."""
+    registered = config.stash[REGISTERED_MARKERS]
+    if name not in registered:
+        registered.add(name)
+        config.addinivalue_line("markers", f"{name}: pytest-geo eval suite marker")

@@ -1,0 +1,51 @@
+"""The JSON report (`--geo-report`): aggregates, statistics, one record per row, usage
+and run metadata; written atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_geo.data.files import write_text_atomic
+from pytest_geo.data.record import is_scored
+from pytest_geo.report.results import (
+    REPORT_FORMAT_VERSION,
+    Results,
+    fact_violation_rate,
+    order,
+    statistics,
+)
+
+
+def build_report(results: Results) -> dict[str, Any]:
+    report = _build_report(results)
+    report["geo"]["statistics"] = {
+        "overall": statistics(results.geo_overall(), results.geo_scores(), True),
+        "datasets": {name: statistics(s.summary, s.scores, True) for name, s in results.geo_suite_results().items()},
+    }
+    if results.metadata is not None:
+        report["metadata"] = results.metadata
+    if results.baseline is not None:
+        report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()]}
+    return report
+
+
+def _build_report(results: Results) -> dict[str, Any]:
+    suites = results.suites()
+    return {
+        "format_version": REPORT_FORMAT_VERSION,
+        "suites": [s.as_json() for s in suites],
+        "geo": {
+            "overall": results.geo_overall().as_geo(),
+            "datasets": {name: s.as_geo() for name, s in results.geo_suites().items()},
+            "fact_violation_rate": fact_violation_rate(results)[2],
+        },
+        "rows": sorted((r for r in results.records if is_scored(r)), key=order),
+        "problems": sorted(results.problems, key=order),
+        "usage": results.usage,
+    }
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")

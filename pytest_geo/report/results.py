@@ -1,0 +1,158 @@
+"""A run's results: the row records as they arrive (locally or from xdist workers),
+aggregated per suite, with thresholds and the baseline comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_geo.data.record import RowRecord, is_scored
+from pytest_geo.report.baseline import Comparison, compare
+from pytest_geo.report.stats import confidence_interval, movement
+from pytest_geo.scoring import Summary, summarize
+from pytest_geo.suites.suite import GEO_METRIC
+
+REPORT_FORMAT_VERSION = 1
+GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
+FEEDBACK_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    suite: str
+    metric: str
+    split: str
+    summary: Summary
+    feedback: str
+    threshold: float | None
+    scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.suite}::{self.metric}"
+
+    @property
+    def below_threshold(self) -> bool:
+        return self.threshold is not None and self.summary.mean < self.threshold
+
+    def as_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "suite": self.suite, "metric": self.metric, "split": self.split, "n": self.summary.n,
+            "score": self.summary.mean, "win_rate": self.summary.win_rate, "stderr": self.summary.stderr,
+            "feedback": self.feedback, "threshold": self.threshold, "below_threshold": self.below_threshold,
+        }
+        if self.metric == GEO_METRIC:
+            data.update(self.summary.as_geo())
+        data.update(statistics(self.summary, self.scores, geo=self.metric == GEO_METRIC))
+        return data
+
+
+def statistics(summary: Summary, scores: Iterable[float], geo: bool) -> dict[str, Any]:
+    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test."""
+    ci = confidence_interval(summary.mean, summary.stderr, summary.n)
+    data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None}
+    if geo:
+        data.update(movement(scores).as_json())
+    return data
+
+
+def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
+    """Join with '; ', repeated entries folded with a count, long text shortened with a
+    count of what was left out."""
+    counts: dict[str, int] = {}
+    for text in feedback:
+        text = " ".join(text.split())
+        if text:
+            counts[text] = counts.get(text, 0) + 1
+    entries = [text if n == 1 else f"{text} (x{n})" for text, n in counts.items()]
+    shown: list[str] = []
+    for entry in entries:
+        if len("; ".join([*shown, entry])) > limit and shown:
+            break
+        shown.append(entry if len(entry) <= limit else entry[: limit - 3] + "...")
+    left = len(entries) - len(shown)
+    return "; ".join(shown) + (f"; ... ({left} more)" if left else "")
+
+
+@dataclass
+class Results:
+    """Records as they arrive from reports (locally or from xdist workers)."""
+
+    records: list[RowRecord] = field(default_factory=list)
+    min_scores: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
+    metadata: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+    baseline_path: str | None = None
+    # The summary, the thresholds, the baseline and both reports all read suites():
+    # computed once per set of records, not once per reader.
+    _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def add(self, record: RowRecord) -> None:
+        self.records.append(record)
+        self._suites = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.records
+
+    @property
+    def problems(self) -> list[RowRecord]:
+        return [r for r in self.records if r["kind"] == "problem"]
+
+    def suites(self) -> list[SuiteResult]:
+        if self._suites is None:
+            self._suites = self._aggregate()
+        return self._suites
+
+    def _aggregate(self) -> list[SuiteResult]:
+        groups: dict[tuple[str, str, str], list[RowRecord]] = {}
+        for record in self.records:
+            if record["kind"] != "problem":
+                groups.setdefault((record["suite"], record["metric"], record["split"]), []).append(record)
+        results = []
+        for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] != "train")):
+            scored = [r for r in sorted(records, key=order) if is_scored(r)]
+            threshold = self.min_scores.get(suite, records[0]["threshold"])
+            feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
+            values = tuple(float(r["score"]) for r in scored)
+            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values))
+        return results
+
+    def geo_suites(self) -> dict[str, Summary]:
+        return {name: s.summary for name, s in self.geo_suite_results().items()}
+
+    def geo_suite_results(self) -> dict[str, SuiteResult]:
+        """Keyed like `geo_suites()`, with the scores the statistics need."""
+        return {s.suite: s for s in self.suites() if s.metric == GEO_METRIC}
+
+    def geo_scores(self) -> list[float]:
+        return [r["score"] for r in self.records if r["kind"] == "geo"]
+
+    def geo_overall(self) -> Summary:
+        return summarize(self.geo_scores())
+
+    def below_threshold(self) -> list[SuiteResult]:
+        return [s for s in self.suites() if s.below_threshold]
+
+    def comparisons(self) -> list[Comparison]:
+        if self.baseline is None:
+            return []
+        scored = [r for r in self.records if is_scored(r)]
+        return compare([s.as_json() for s in self.suites()], scored, self.baseline)
+
+    def regressions(self) -> list[Comparison]:
+        return [c for c in self.comparisons() if c.regression]
+
+
+def order(record: RowRecord) -> tuple[str, str, int, int]:
+    """Report order: by suite, split, then the row's line (GEO) or index (suite rows)."""
+    return (record["suite"], record["split"], record["line"], record.get("index", 0))
+
+
+def fact_violation_rate(results: Results) -> tuple[int, int, float]:
+    """(rewrites with new facts, rewrites, share): only rows that produced a rewrite count."""
+    rewrites = [r for r in results.records if r["kind"] == "geo" and r.get("rewritten_description") is not None]
+    violating = sum(1 for r in rewrites if r.get("fact_violations"))
+    return violating, len(rewrites), (violating / len(rewrites) if rewrites else 0.0)

@@ -1,0 +1,75 @@
+"""The terminal summary: GEO metrics and statistics, fact violations, thresholds, the
+baseline comparison, then Kedi's `Evals:` block, last."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pytest_geo.report.results import (
+    GEO_METRICS,
+    Results,
+    fact_violation_rate,
+    statistics,
+)
+from pytest_geo.scoring import Summary
+
+
+def format_geo_line(label: str, summary: Summary) -> str:
+    metrics = summary.as_geo()
+    return f"{label}: n={metrics['n']} " + " ".join(f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:])
+
+
+def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
+    stats = statistics(summary, scores, geo=True)
+    ci = "n/a" if stats["ci95"] is None else "[{:.4f}, {:.4f}]".format(*stats["ci95"])
+    return (f"  ci95={ci} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
+            f"{stats['moved_down']:.2f} sign_test_p={stats['sign_test_p']:.4g}")
+
+
+def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
+    """The GEO block, threshold verdicts, then Kedi's `Evals:` block, last."""
+    lines = []
+    for name, suite in results.geo_suite_results().items():
+        lines += [format_geo_line(name, suite.summary), format_stats_line(suite.summary, suite.scores)]
+    if len(results.geo_suites()) > 1:
+        lines.append(format_geo_line("all GEO rows", results.geo_overall()))
+    lines += fact_lines(results)
+    if results.problems:
+        lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
+    for failed in results.below_threshold():
+        lines.append(
+            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, below its threshold {failed.threshold:.4f}"
+        )
+    lines += baseline_lines(results)
+    lines.append("Evals:")
+    for suite in results.suites():
+        split = f" [{suite.split}]" if show_split else ""
+        tail = f" | {suite.feedback}" if suite.feedback else ""
+        lines.append(f"- {suite.label}{split}: {suite.summary.mean:.4f}{tail}")
+    return lines
+
+
+def baseline_lines(results: Results) -> list[str]:
+    comparisons = results.comparisons()
+    if results.baseline is None:
+        return []
+    lines = [f"baseline {results.baseline_path}:"]
+    for c in comparisons:
+        lines.append(f"  {c.summary()}")
+    for c in comparisons:
+        if c.regression and c.paired is not None:
+            lines.append(f"REGRESSION: {c.label} dropped against the baseline "
+                         f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})")
+    return lines
+
+
+def fact_lines(results: Results) -> list[str]:
+    return fact_rate_lines(*fact_violation_rate(results)[:2])
+
+
+def fact_rate_lines(violating: int, total: int) -> list[str]:
+    """The summary's no-new-facts line (none when no row produced a rewrite)."""
+    if not total:
+        return []
+    rate = violating / total
+    return [f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"]

@@ -1,0 +1,1 @@
+"""Eval suites (Kedi semantics): the suite model, YAML suite files, prompt procedures."""

@@ -1,0 +1,30 @@
+"""`{{placeholder}}` templates, as in the E-GEO harness's prompt files: finding the
+placeholders and rendering in one pass. Shared by the GEO prompts and prompt procedures."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class PromptError(Exception):
+    """A prompts directory that cannot be used; the message names the file."""
+
+
+def placeholders(template: str) -> set[str]:
+    return set(PLACEHOLDER.findall(template))
+
+
+def render(template: str, values: Mapping[str, object]) -> str:
+    """Substitute `{{name}}` in one pass: text coming from values is never re-scanned,
+    so template syntax inside data (a description holding `{{title}}`) stays literal."""
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise KeyError(name)
+        return str(values[name])
+
+    return PLACEHOLDER.sub(substitute, template)
