@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from pytest_geo.data.dataset import DatasetError, GeoRow, RowProblem, iter_dataset
+from pytest_geo.data.dataset import DatasetError, iter_dataset, split_lines
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
@@ -33,12 +34,23 @@ DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
 
 
 def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
-    parser.add_argument("--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)")
-    parser.add_argument("--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)")
+    parser.add_argument(
+        "--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)"
+    )
+    parser.add_argument(
+        "--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)"
+    )
     parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
-    parser.add_argument("--concurrency", type=positive_int, default=None, metavar="N",
-                        help=f"most rows in flight, at most 2N model requests (default: {DEFAULT_CONCURRENCY})")
-    parser.add_argument("--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)")
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"most rows in flight, at most 2N model requests (default: {DEFAULT_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
+    )
     parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
     parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
 
@@ -48,25 +60,46 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
     evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
-    evaluate.add_argument("--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows")
+    evaluate.add_argument(
+        "--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows"
+    )
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
-    evaluate.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, metavar="DIR",
-                          help=f"model-answer cache (default: {DEFAULT_CACHE_DIR}, the pytest plugin's default when "
-                               "this directory is pytest's rootdir, so the two share answers); the mock is never cached")
+    evaluate.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE_DIR,
+        metavar="DIR",
+        help=f"model-answer cache (default: {DEFAULT_CACHE_DIR}, the pytest plugin's default when "
+        "this directory is pytest's rootdir, so the two share answers); the mock is never cached",
+    )
     evaluate.add_argument("--no-cache", action="store_true", help="neither read nor write the model-answer cache")
     _common(evaluate)
     optimize = commands.add_parser(
         "optimize-prompts",
         help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt)",
     )
-    optimize.add_argument("--train", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that drive the proposals")
-    optimize.add_argument("--val", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that choose the best candidate")
-    optimize.add_argument("--suites", type=Path, default=None, metavar="FILE",
-                          help="instead of --train/--val: a Python file whose prompt procedures marked "
-                               "optimize=True are each scored by their same-named eval suite")
+    optimize.add_argument(
+        "--train", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that drive the proposals"
+    )
+    optimize.add_argument(
+        "--val", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that choose the best candidate"
+    )
+    optimize.add_argument(
+        "--suites",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="instead of --train/--val: a Python file whose prompt procedures marked "
+        "optimize=True are each scored by their same-named eval suite",
+    )
     optimize.add_argument("--iters", type=positive_int, default=3, metavar="N", help="proposals to try (default: 3)")
-    optimize.add_argument("--max-metric-calls", type=positive_int, default=None, metavar="N",
-                          help="most row evaluations (one candidate on one row) in the search")
+    optimize.add_argument(
+        "--max-metric-calls",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="most row evaluations (one candidate on one row) in the search",
+    )
     optimize.add_argument("--apply", action="store_true", help="also replace rewriter_user.txt with the best candidate")
     optimize.add_argument("--optimizer-model", default=None, metavar="M", help="meta-optimizer model (env: META_MODEL)")
     _common(optimize, seed_help="seed for the search and for missing target_ids")
@@ -78,8 +111,12 @@ def _settings(args: argparse.Namespace) -> Settings:
     # so is never cached (see README).
     cache_dir = getattr(args, "cache_dir", None)
     given = {
-        "mock": args.mock, "seed": args.seed, "prompts_dir": args.prompts, "concurrency": args.concurrency,
-        "base_url": args.base_url, "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
+        "mock": args.mock,
+        "seed": args.seed,
+        "prompts_dir": args.prompts,
+        "concurrency": args.concurrency,
+        "base_url": args.base_url,
+        "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
     }
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
@@ -88,17 +125,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    rows: list[GeoRow] = []
-    problems: list[RowProblem] = []
-    for line in iter_dataset(args.dataset, settings.seed):
-        if args.limit is not None and len(rows) + len(problems) >= args.limit:
-            break
-        (problems if isinstance(line, RowProblem) else rows).append(line)
+    rows, problems = split_lines(itertools.islice(iter_dataset(args.dataset, settings.seed), args.limit))
     for problem in problems:
         print(problem, file=sys.stderr)
     geo = GeoSession(settings)
     try:
-        geo.engine  # a missing or broken prompt is one error before any row runs
+        geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
             make_ignored_pytest_cache(PYTEST_CACHE)
         outcomes = geo.evaluate(rows)
@@ -108,7 +140,7 @@ def evaluate(args: argparse.Namespace) -> int:
         if outcome.error is not None:
             print(f"{args.dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
         if args.verbose:
-            record = outcome.record()
+            record: dict[str, object] = dict(outcome.record())
             print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
     rewrites = [o for o in outcomes if o.rewritten_description is not None]
     for line in fact_rate_lines(sum(1 for o in rewrites if o.fact_violations), len(rewrites)):

@@ -4,9 +4,12 @@ each raises `argparse.ArgumentTypeError` with a message that names the bad value
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pytest_geo.settings import SPLITS
+
+N = TypeVar("N", int, float)
 
 
 def _convert(text: str, convert: Callable[[str], Any], what: str) -> Any:
@@ -16,7 +19,7 @@ def _convert(text: str, convert: Callable[[str], Any], what: str) -> Any:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-def _at_least(value: Any, text: str, minimum: float, strict: bool = False) -> Any:
+def _at_least(value: N, text: str, minimum: float, strict: bool = False) -> N:
     if value < minimum or (strict and value == minimum):
         bound = f"more than {minimum:g}" if strict else f"at least {minimum:g}"
         raise argparse.ArgumentTypeError(f"{text!r} must be {bound}")
@@ -24,7 +27,8 @@ def _at_least(value: Any, text: str, minimum: float, strict: bool = False) -> An
 
 
 def any_int(text: str) -> int:
-    return _convert(text, int, "a whole number")
+    value: int = _convert(text, int, "a whole number")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -36,11 +40,12 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    return _at_least(_convert(text, float, "a number"), text, 0, strict=True)
+    value: float = _convert(text, float, "a number")
+    return _at_least(value, text, 0, strict=True)
 
 
 def temperature(text: str) -> float:
-    value = _convert(text, float, "a number")
+    value: float = _convert(text, float, "a number")
     if not 0 <= value <= 2:
         raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 2")
     return value

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.schemas import error_path, first_error, validator
 
@@ -61,7 +62,7 @@ class RowProblem:
         return f"{self.path}:{self.line}: {self.problem}"
 
 
-DatasetLine = Union[GeoRow, RowProblem]
+DatasetLine = GeoRow | RowProblem
 
 
 class DatasetError(Exception):
@@ -83,7 +84,8 @@ def _where(error: jsonschema.ValidationError) -> str:
 def _schema_problem(error: jsonschema.ValidationError) -> str:
     where = _where(error)
     if error.validator == "minItems" and where == "candidates":
-        return f"fewer than 2 candidates (got {len(error.instance)})"
+        instance: list[Any] = error.instance  # type: ignore[assignment]  # minItems applies to arrays
+        return f"fewer than 2 candidates (got {len(instance)})"
     if error.validator == "required":
         return f"{where}: {error.message}"
     if error.validator == "type":
@@ -119,11 +121,15 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
         obj: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg.startswith("Unterminated string"):
-            return RowProblem(path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)")
+            return RowProblem(
+                path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)"
+            )
         if exc.pos >= len(text.rstrip()):
             return RowProblem(path, line_no, f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}")
         if exc.msg == "Extra data":
-            return RowProblem(path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})")
+            return RowProblem(
+                path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
+            )
         return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
     except RecursionError:
         return RowProblem(path, line_no, "invalid JSON: nested too deeply")
@@ -134,7 +140,9 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
         if "\\u" in text:  # a lone surrogate can only come from a \uD8xx escape
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        return RowProblem(path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string")
+        return RowProblem(
+            path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string"
+        )
     query_id = _query_id(obj)
     error = None if _plainly_valid(obj) else first_error("geo_row.schema.json", obj)
     if error is not None:
@@ -172,8 +180,11 @@ def _plainly_valid(obj: Any) -> bool:
     if not isinstance(candidates, list) or len(candidates) < 2:
         return False
     return all(
-        isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]
-        and isinstance(c.get("title"), str) and isinstance(c.get("description"), str)
+        isinstance(c, dict)
+        and isinstance(c.get("id"), str)
+        and c["id"]
+        and isinstance(c.get("title"), str)
+        and isinstance(c.get("description"), str)
         for c in candidates
     )
 
@@ -201,11 +212,23 @@ def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Ite
                 yield parsed
 
 
+def split_lines(lines: Iterable[DatasetLine]) -> tuple[list[GeoRow], list[RowProblem]]:
+    """Valid rows and problems, each in file order."""
+    rows: list[GeoRow] = []
+    problems: list[RowProblem] = []
+    for line in lines:
+        if isinstance(line, RowProblem):
+            problems.append(line)
+        else:
+            rows.append(line)
+    return rows, problems
+
+
 def read_dataset(path: Path | str, seed: int, display: str | None = None) -> list[DatasetLine]:
     return list(iter_dataset(path, seed, display))
 
 
-def row_names(lines: list[DatasetLine]) -> list[str]:
+def row_names(lines: Sequence[DatasetLine]) -> list[str]:
     """Stable node-id names: the query_id, or `line<N>`; a query_id used more than once
     gets its line number too, so every row stays distinct."""
     counts: dict[str, int] = {}

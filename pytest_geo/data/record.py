@@ -56,9 +56,7 @@ def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str,
 
 
 def geo_record(base: RowRecord, dataset: str, outcome: OutcomeFields, target_was_chosen: bool) -> RowRecord:
-    record = RowRecord(**base, dataset=dataset, target_was_chosen=target_was_chosen)
-    record.update(outcome)
-    return record
+    return RowRecord(**base, **outcome, dataset=dataset, target_was_chosen=target_was_chosen)
 
 
 def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,

@@ -6,7 +6,7 @@ and the import costs about 50 ms."""
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(name: str) -> jsonschema.protocols.Validator:
     """`name` is a file in `pytest_geo/schemas/`, e.g. `geo_row.schema.json`."""
     import jsonschema
@@ -37,4 +37,5 @@ def first_error(name: str, document: Any) -> jsonschema.ValidationError | None:
     """The most relevant violation of schema `name`, or None when the document is valid."""
     import jsonschema
 
-    return jsonschema.exceptions.best_match(validator(name).iter_errors(document))
+    error: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(validator(name).iter_errors(document))
+    return error

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 

@@ -6,9 +6,10 @@ import asyncio
 import functools
 import json
 import random
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
+from json.encoder import encode_basestring
+from typing import Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import OutcomeFields
@@ -282,4 +283,4 @@ async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int) -
     orders = [repeat_order(seed, row, i) for i in range(repeats)]
     outcomes = await asyncio.gather(*(engine.run(replace(row, candidates=order)) for order in orders))
     return RepeatedOutcome(row.query_id, row.target_id,
-                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes)))
+                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes, strict=True)))

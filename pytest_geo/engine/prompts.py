@@ -58,7 +58,7 @@ def check_template(
     if unknown:
         raise PromptError(
             f"{label}: unknown placeholder {{{{{unknown[0]}}}}} "
-            f"(this template can use: {', '.join('{{%s}}' % v for v in sorted(allowed))})"
+            f"(this template can use: {', '.join('{{' + v + '}}' for v in sorted(allowed))})"
         )
     missing = sorted(required - used)
     if missing:

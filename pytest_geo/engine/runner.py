@@ -7,7 +7,8 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
@@ -65,7 +66,7 @@ class Runner:
             self._pending.update(dict.fromkeys(futures))
         for future in futures:
             future.add_done_callback(self._forget)
-        self._loop.call_soon_threadsafe(self._start_all, list(zip(makers, futures)))
+        self._loop.call_soon_threadsafe(self._start_all, list(zip(makers, futures, strict=True)))
         return futures
 
     def _start_all(self, batch: list[tuple[Callable[[], Awaitable[Any]], concurrent.futures.Future[Any]]]) -> None:

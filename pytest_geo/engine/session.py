@@ -66,7 +66,7 @@ class GeoSession:
         rows = list(rows)
         fresh = [row for row in rows if row.key not in self._futures]
         futures = self.runner.submit_many([functools.partial(self._run, row) for row in fresh])
-        self._futures.update((row.key, future) for row, future in zip(fresh, futures))
+        self._futures.update((row.key, future) for row, future in zip(fresh, futures, strict=True))
         return [self._futures[row.key] for row in rows]
 
     def scheduled(self, row: GeoRow) -> concurrent.futures.Future[Outcome] | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 

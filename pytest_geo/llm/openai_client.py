@@ -80,8 +80,8 @@ class OpenAIChatClient:
             )
         except openai.APIError as exc:
             retries = max(attempts, default=0)
-            message = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
-            raise ModelError(message, retries=retries) from None
+            failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
+            raise ModelError(failure, retries=retries) from None
         finally:
             try:
                 _attempts.reset(token)

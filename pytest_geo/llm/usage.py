@@ -7,12 +7,12 @@ good; tokens are the ones a server reported, so cache hits add none.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping
+from collections.abc import Mapping
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens")
-UsageTable = Dict[str, Dict[str, int]]  # role -> field -> count; plain data, crosses processes
+UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
 def empty_counts() -> dict[str, int]:

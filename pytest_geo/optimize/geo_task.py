@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_geo.data.dataset import GeoRow, RowProblem, iter_dataset
+from pytest_geo.data.dataset import GeoRow, iter_dataset, split_lines
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import REWRITER_VARS, TEMPLATES
 from pytest_geo.engine.session import GeoSession
@@ -79,10 +79,7 @@ def row_key(row: GeoRow) -> str:
 def load_examples(path: Path, split: str, seed: int) -> list[Example]:
     """All rows of a dataset; a malformed line stops the command (optimizing on a silently
     shortened dataset would mislead)."""
-    rows: list[GeoRow] = []
-    problems: list[RowProblem] = []
-    for line in iter_dataset(path, seed):
-        (problems if isinstance(line, RowProblem) else rows).append(line)
+    rows, problems = split_lines(iter_dataset(path, seed))
     if problems:
         more = f" (and {len(problems) - 1} more malformed lines)" if len(problems) > 1 else ""
         raise OptimizeError(f"{problems[0]}{more}")

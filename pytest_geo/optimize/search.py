@@ -6,6 +6,7 @@ validation; a challenger replaces the incumbent only when strictly better."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections import Counter
@@ -209,13 +210,13 @@ class _Search:
     def score_all(self, template: str, examples: Sequence[Example], phase: str | None = None) -> list[Scored]:
         self.templates.add(template)
         self._phase(phase or (examples[0].split if examples else "validation"))
-        futures = [self.runner.submit(lambda ex=ex: self._score(template, ex)) for ex in examples]
+        futures = [self.runner.submit(functools.partial(self._score, template, ex)) for ex in examples]
         return [future.result() for future in futures]
 
     # --- GEPAAdapter -----------------------------------------------------
 
     def evaluate(self, batch: list[Example], candidate: dict[str, str], capture_traces: bool = False) -> Any:
-        from gepa import EvaluationBatch
+        from gepa.core.adapter import EvaluationBatch
 
         if self.budget is not None and self.metric_calls + len(batch) > self.budget:
             raise BudgetReached()
@@ -269,8 +270,8 @@ class _Search:
             "feedback": feedback or "(no rows)",
             "examples": json.dumps(list(records), ensure_ascii=False, indent=2, default=str),
             "score": score,
-            "required_placeholders": ", ".join("{{%s}}" % p for p in self.reflection.required),
-            "optional_placeholders": ", ".join("{{%s}}" % p for p in self.reflection.optional),
+            "required_placeholders": ", ".join("{{" + p + "}}" for p in self.reflection.required),
+            "optional_placeholders": ", ".join("{{" + p + "}}" for p in self.reflection.optional),
         }
         def parse(text: str) -> str:
             answer = extract_json_object(text)
@@ -338,7 +339,7 @@ def search(
     than it on validation. Stops after `iters` proposals or before an evaluation that
     would pass `max_metric_calls` (row evaluations), keeping the best found so far."""
     try:
-        import gepa
+        from gepa.api import optimize as gepa_optimize
         from gepa.utils import MaxCandidateProposalsStopper
     except ImportError:
         raise OptimizeError("optimize-prompts needs the gepa package: pip install 'pytest-geo[optimize]'") from None
@@ -347,13 +348,16 @@ def search(
     check_budget(max_metric_calls, len(val))
     task.check(seed_template)
     state = _Search(task, reflection, runner, max_metric_calls, seed, counter, out or sys.stdout)
+    # _Search implements the adapter and callback methods gepa calls; gepa's Protocols are
+    # generic over trajectory types it never hands us, so they are not spelled out here.
+    hooks: Any = state
     stopped = "iterations"
     try:
-        gepa.optimize(
+        gepa_optimize(
             seed_candidate={task.component: seed_template},
             trainset=list(train),
             valset=list(val),
-            adapter=state,
+            adapter=hooks,
             candidate_selection_strategy="pareto",
             skip_perfect_score=False,  # rank improvements have no fixed perfect score
             reflection_minibatch_size=min(MINIBATCH, len(train)),
@@ -362,7 +366,7 @@ def search(
             max_metric_calls=max_metric_calls,
             stop_callbacks=MaxCandidateProposalsStopper(iters),
             logger=_Quiet(),
-            callbacks=[state],
+            callbacks=[hooks],
             seed=seed,
             raise_on_exception=True,
         )

@@ -142,15 +142,24 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client:
             check_budget(options.max_metric_calls, len(val))
             if procedure.source is not None:
                 stem = procedure.source.with_suffix("")
-                outputs = Outputs(procedure.source, Path(f"{stem}.candidate.txt"), Path(f"{stem}.optimized_scores.json"))
+                outputs = Outputs(
+                    procedure.source, Path(f"{stem}.candidate.txt"), Path(f"{stem}.optimized_scores.json")
+                )
             else:
                 base = options.suites.parent / procedure.name
                 outputs = Outputs(None, Path(f"{base}.candidate.txt"), Path(f"{base}.optimized_scores.json"))
             meta = reflection(geo.engine, Path(settings.prompts_dir), sorted(placeholders(procedure.template)), ())
             which = "test_data" if metric.dataset in suite.test_data else "data (no test_data)"
             search_and_write(
-                SuitePromptTask(procedure, suite, metric, geo), procedure.template, train, val, meta, geo,
-                counter, options, outputs,
+                SuitePromptTask(procedure, suite, metric, geo),
+                procedure.template,
+                train,
+                val,
+                meta,
+                geo,
+                counter,
+                options,
+                outputs,
                 {"train": f"{options.suites}::{suite.name} data", "val": f"{options.suites}::{suite.name} {which}"},
             )
     finally:

@@ -28,7 +28,7 @@ from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 
 def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: str, split: str,
                threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
-    for name, line in zip(row_names(lines), lines):
+    for name, line in zip(row_names(lines), lines, strict=True):
         node_name = name_format.format(name)
         if isinstance(line, RowProblem):
             yield GeoProblemItem.from_parent(parent, name=node_name, problem=line, suite=suite, split=split,

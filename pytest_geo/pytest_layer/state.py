@@ -3,6 +3,7 @@ the hooks, so collectors, items and plugin.py import it and not each other."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,13 +13,14 @@ from pytest_geo.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
+    from pytest_geo.pytest_layer.lookahead import WorkerLookahead
 
 SETTINGS = pytest.StashKey[Settings]()
-SESSION = pytest.StashKey["GeoSession | None"]()
+SESSION: pytest.StashKey[GeoSession | None] = pytest.StashKey()
 RESULTS = pytest.StashKey[Results]()
-DATASETS = pytest.StashKey["set[Path]"]()
-LOOKAHEAD = pytest.StashKey["WorkerLookahead | None"]()
-REGISTERED_MARKERS = pytest.StashKey["set[str]"]()
+DATASETS = pytest.StashKey[set[Path]]()
+LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
+REGISTERED_MARKERS = pytest.StashKey[set[str]]()
 
 
 def settings_of(config: pytest.Config) -> Settings:

@@ -1,1 +1,2 @@
-"""Reporting: results and their aggregation, statistics, baseline comparison, terminal, JSON, JUnit and HTML output, run metadata."""
+"""Reporting: results and their aggregation, statistics, the baseline comparison, and
+the terminal, JSON, JUnit and HTML output with run metadata."""

@@ -4,9 +4,10 @@ paired comparison over the rows both runs scored (matched by suite and node id).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pytest_geo.report.stats import Paired, paired
 
@@ -22,7 +23,7 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
     path = Path(path)
     name = display or str(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BaselineError(f"--geo-baseline: baseline report not found: {name}") from None
     except (OSError, UnicodeDecodeError) as exc:

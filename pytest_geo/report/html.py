@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
 
@@ -95,14 +96,19 @@ def _bars(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Se
         for s, (name, colour, values) in enumerate(series):
             value = values[g]
             h = plot * value / peak
-            parts.append(f'<rect x="{x0 + s * bar:.1f}" y="{height - bottom - h:.1f}" width="{bar:.1f}" '
-                         f'height="{h:.1f}" fill="{colour}"><title>{escape(name)} {escape(label)}: {value}</title></rect>')
-        parts.append(f'<text x="{x0 + slot * 0.4:.1f}" y="{height - bottom + 14}" text-anchor="middle">'
-                     f'{escape(label)}</text>')
+            parts.append(
+                f'<rect x="{x0 + s * bar:.1f}" y="{height - bottom - h:.1f}" width="{bar:.1f}" '
+                f'height="{h:.1f}" fill="{colour}"><title>{escape(name)} {escape(label)}: {value}</title></rect>'
+            )
+        parts.append(
+            f'<text x="{x0 + slot * 0.4:.1f}" y="{height - bottom + 14}" text-anchor="middle">{escape(label)}</text>'
+        )
     for s, (name, colour, _) in enumerate(series if len(series) > 1 else ()):
         x = width - 150 + s * 70
-        parts.append(f'<rect x="{x}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
-                     f'<text x="{x + 14}" y="{height - 5}">{escape(name)}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{height - 14}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{x + 14}" y="{height - 5}">{escape(name)}</text>'
+        )
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -133,29 +139,53 @@ def before_after_svg(rows: Sequence[Mapping[str, Any]]) -> str:
     before = Counter(round(r["rank_before"]) for r in ranked)
     after = Counter(round(r["rank_after"]) for r in ranked)
     positions = range(1, max([*before, *after, 1]) + 1)
-    return _bars("Target rank before and after the rewrite (rows per rank)", [str(p) for p in positions],
-                 [("before", BEFORE, [before.get(p, 0) for p in positions]),
-                  ("after", AFTER, [after.get(p, 0) for p in positions])], "before-after")
+    return _bars(
+        "Target rank before and after the rewrite (rows per rank)",
+        [str(p) for p in positions],
+        [
+            ("before", BEFORE, [before.get(p, 0) for p in positions]),
+            ("after", AFTER, [after.get(p, 0) for p in positions]),
+        ],
+        "before-after",
+    )
 
 
 def _suite_rows(report: Mapping[str, Any]) -> Iterable[list[str]]:
     for s in report.get("suites", []):
         ci = s.get("ci95")
         flag = "bad" if s.get("below_threshold") else ""
-        yield [_cell(s["suite"]), _cell(s["metric"]), _cell(s["split"]), _cell(s["n"], "num"),
-               _cell(float(s["score"]), "num " + flag), _cell("" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"),
-               _cell(s.get("win_rate"), "num"), _cell(s.get("moved_up"), "num"), _cell(s.get("unchanged"), "num"),
-               _cell(s.get("moved_down"), "num"), _cell(s.get("sign_test_p"), "num"), _cell(s.get("threshold"), "num"),
-               _cell(s.get("feedback"), "text")]
+        yield [
+            _cell(s["suite"]),
+            _cell(s["metric"]),
+            _cell(s["split"]),
+            _cell(s["n"], "num"),
+            _cell(float(s["score"]), "num " + flag),
+            _cell("" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"),
+            _cell(s.get("win_rate"), "num"),
+            _cell(s.get("moved_up"), "num"),
+            _cell(s.get("unchanged"), "num"),
+            _cell(s.get("moved_down"), "num"),
+            _cell(s.get("sign_test_p"), "num"),
+            _cell(s.get("threshold"), "num"),
+            _cell(s.get("feedback"), "text"),
+        ]
 
 
 def _baseline_rows(baseline: Mapping[str, Any]) -> Iterable[list[str]]:
     for c in baseline.get("suites", []):
         p = c.get("paired") or {}
-        yield [_cell(c["suite"]), _cell(c["split"]), _cell(c["score"], "num"), _cell(c.get("baseline_score"), "num"),
-               _cell(c.get("diff"), "num"), _cell(p.get("n"), "num"), _cell(p.get("mean_diff"), "num"),
-               _cell(p.get("stderr"), "num"), _cell(p.get("sign_test_p"), "num"),
-               _cell("yes" if c.get("regression") else "no", "bad" if c.get("regression") else "")]
+        yield [
+            _cell(c["suite"]),
+            _cell(c["split"]),
+            _cell(c["score"], "num"),
+            _cell(c.get("baseline_score"), "num"),
+            _cell(c.get("diff"), "num"),
+            _cell(p.get("n"), "num"),
+            _cell(p.get("mean_diff"), "num"),
+            _cell(p.get("stderr"), "num"),
+            _cell(p.get("sign_test_p"), "num"),
+            _cell("yes" if c.get("regression") else "no", "bad" if c.get("regression") else ""),
+        ]
 
 
 def _row_cells(row: Mapping[str, Any]) -> list[str]:
@@ -181,23 +211,66 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<html lang="en"><head><meta charset="utf-8"/><title>pytest-geo report</title>',
         f"<style>{CSS}</style></head><body>",
         "<h1>pytest-geo report</h1>",
-        f'<p class="meta">{escape("mock model" if meta.get("mock") else models)}; seed {escape(str(meta.get("seed", "")))}; '
-        f'started {escape(str(meta.get("started_at", "")))}; {escape(str(meta.get("duration_s", "")))} s; '
-        f'{len(rows)} rows, {len(report.get("problems", []))} malformed lines</p>',
+        f'<p class="meta">{escape("mock model" if meta.get("mock") else models)}; '
+        f"seed {escape(str(meta.get('seed', '')))}; "
+        f"started {escape(str(meta.get('started_at', '')))}; {escape(str(meta.get('duration_s', '')))} s; "
+        f"{len(rows)} rows, {len(report.get('problems', []))} malformed lines</p>",
         "<h2>Suites</h2>",
-        _table(("suite", "metric", "split", "n", "score", "95% CI", "win rate", "up", "unchanged", "down",
-                "sign test p", "threshold", "feedback"), _suite_rows(report), "suites"),
+        _table(
+            (
+                "suite",
+                "metric",
+                "split",
+                "n",
+                "score",
+                "95% CI",
+                "win rate",
+                "up",
+                "unchanged",
+                "down",
+                "sign test p",
+                "threshold",
+                "feedback",
+            ),
+            _suite_rows(report),
+            "suites",
+        ),
     ]
     if report.get("baseline"):
-        parts += [f"<h2>Against the baseline {escape(str(report['baseline'].get('path', '')))}</h2>",
-                  _table(("suite", "split", "score", "baseline", "diff", "paired n", "mean diff", "stderr",
-                          "sign test p", "regression"), _baseline_rows(report["baseline"]), "baseline")]
+        parts += [
+            f"<h2>Against the baseline {escape(str(report['baseline'].get('path', '')))}</h2>",
+            _table(
+                (
+                    "suite",
+                    "split",
+                    "score",
+                    "baseline",
+                    "diff",
+                    "paired n",
+                    "mean diff",
+                    "stderr",
+                    "sign test p",
+                    "regression",
+                ),
+                _baseline_rows(report["baseline"]),
+                "baseline",
+            ),
+        ]
     if geo_rows:
-        parts += ["<h2>GEO rank improvements</h2>", '<div class="figures">', histogram_svg(geo_rows),
-                  before_after_svg(geo_rows), "</div>"]
-    parts += ["<h2>Rows</h2><p class=\"meta\">Click a column header to sort.</p>",
-              _table([h for h, _ in ROW_COLUMNS], (_row_cells(r) for r in rows), "rows"),
-              f"<script>{SCRIPT}</script>", "</body></html>", ""]
+        parts += [
+            "<h2>GEO rank improvements</h2>",
+            '<div class="figures">',
+            histogram_svg(geo_rows),
+            before_after_svg(geo_rows),
+            "</div>",
+        ]
+    parts += [
+        '<h2>Rows</h2><p class="meta">Click a column header to sort.</p>',
+        _table([h for h, _ in ROW_COLUMNS], (_row_cells(r) for r in rows), "rows"),
+        f"<script>{SCRIPT}</script>",
+        "</body></html>",
+        "",
+    ]
     return "\n".join(parts)
 
 

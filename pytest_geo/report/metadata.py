@@ -58,7 +58,9 @@ def run_metadata(settings: Settings, started: float, duration: float) -> dict[st
     return {
         "models": dict(settings.models),
         "mock": settings.mock,
-        "base_url_host": None if settings.mock else base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")),
+        "base_url_host": None
+        if settings.mock
+        else base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")),
         "prompts_dir": str(settings.prompts_dir),
         "prompts_sha256": prompt_hashes(settings.prompts_dir),
         "seed": settings.seed,

@@ -5,8 +5,9 @@ paired comparisons."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pytest_geo.scoring import summarize
 
@@ -33,7 +34,10 @@ def _beta_continued_fraction(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 1000):
         m2 = 2 * m
-        for numerator in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+        for numerator in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
             d = 1.0 + numerator * d
             d = 1.0 / (d if abs(d) > _TINY else _TINY)
             c = 1.0 + numerator / c
@@ -132,8 +136,12 @@ class Movement:
 
     def as_json(self) -> dict[str, Any]:
         share = (lambda k: k / self.n) if self.n else (lambda k: 0.0)
-        return {"moved_up": share(self.up), "unchanged": share(self.unchanged), "moved_down": share(self.down),
-                "sign_test_p": self.sign_test_p}
+        return {
+            "moved_up": share(self.up),
+            "unchanged": share(self.unchanged),
+            "moved_down": share(self.down),
+            "sign_test_p": self.sign_test_p,
+        }
 
 
 def movement(values: Iterable[float]) -> Movement:
@@ -161,9 +169,15 @@ class Paired:
         return self.mean_diff < 0 and self.sign_test_p < alpha
 
     def as_json(self) -> dict[str, Any]:
-        return {"n": self.n, "mean_diff": self.mean_diff, "stderr": self.stderr, "improved": self.up,
-                "worsened": self.down, "unchanged": self.n - self.up - self.down,
-                "sign_test_p": self.sign_test_p}
+        return {
+            "n": self.n,
+            "mean_diff": self.mean_diff,
+            "stderr": self.stderr,
+            "improved": self.up,
+            "worsened": self.down,
+            "unchanged": self.n - self.up - self.down,
+            "sign_test_p": self.sign_test_p,
+        }
 
 
 def paired(now: Sequence[float], before: Sequence[float]) -> Paired:

@@ -38,7 +38,8 @@ def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
     for failed in results.below_threshold():
         lines.append(
-            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, below its threshold {failed.threshold:.4f}"
+            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, "
+            f"below its threshold {failed.threshold:.4f}"
         )
     lines += baseline_lines(results)
     lines.append("Evals:")
@@ -58,8 +59,10 @@ def baseline_lines(results: Results) -> list[str]:
         lines.append(f"  {c.summary()}")
     for c in comparisons:
         if c.regression and c.paired is not None:
-            lines.append(f"REGRESSION: {c.label} dropped against the baseline "
-                         f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})")
+            lines.append(
+                f"REGRESSION: {c.label} dropped against the baseline "
+                f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})"
+            )
     return lines
 
 
@@ -72,4 +75,6 @@ def fact_rate_lines(violating: int, total: int) -> list[str]:
     if not total:
         return []
     rate = violating / total
-    return [f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"]
+    return [
+        f"new facts: fact_violation_rate={rate:.4f} ({violating} of {total} rewrites add facts not in the original)"
+    ]

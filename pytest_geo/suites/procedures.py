@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextvars
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.llm.base import ChatRequest
 from pytest_geo.templates import PromptError, placeholders, render
@@ -23,7 +25,9 @@ _SESSION: contextvars.ContextVar[Callable[[], GeoSession] | None] = contextvars.
     "pytest_geo_session", default=None
 )
 _TRACE: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("pytest_geo_trace", default=None)
-_OVERRIDES: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("pytest_geo_templates", default={})
+_OVERRIDES: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "pytest_geo_templates", default=MappingProxyType({})
+)
 
 
 @contextmanager

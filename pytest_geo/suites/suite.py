@@ -6,15 +6,16 @@ from __future__ import annotations
 import inspect
 import json
 import keyword
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any
 
 from pytest_geo.data.dataset import DatasetError, DatasetLine, iter_dataset
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 
 Row = tuple[Any, Any]
-DatasetSpec = Union[Sequence[Row], Callable[[], Iterable[Row]], str, Path]
+DatasetSpec = Sequence[Row] | Callable[[], Iterable[Row]] | str | Path
 MetricFn = Callable[..., Any]
 GEO_METRIC = "rank_improvement"
 
@@ -91,7 +92,8 @@ class Suite:
             return Metric(GEO_METRIC, dataset, None)
         if metric_name not in OUTPUT_METRICS:
             raise SuiteError(
-                f"suite {self.name!r}: unknown built-in metric {metric_name!r} (built-ins: {', '.join(BUILTIN_METRICS)})"
+                f"suite {self.name!r}: unknown built-in metric {metric_name!r} "
+                f"(built-ins: {', '.join(BUILTIN_METRICS)})"
             )
         compare = OUTPUT_METRICS[metric_name]
         procedure, suite_name = self.procedure, self.name
@@ -109,7 +111,9 @@ class Suite:
             raise SuiteError(f"suite {self.name!r} has no metric")
         if len(self.metrics) > 1:
             names = ", ".join(m.name for m in self.metrics)
-            raise SuiteError(f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one")
+            raise SuiteError(
+                f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one"
+            )
         metric = self.metrics[0]
         if metric.dataset not in self.data and metric.dataset not in self.test_data:
             defined = ", ".join(sorted({*self.data, *self.test_data})) or "none"

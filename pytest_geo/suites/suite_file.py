@@ -4,8 +4,9 @@ a `module:function` the file names explicitly."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.schemas import error_path, validator
 from pytest_geo.suites.suite import GEO_METRIC, Suite, SuiteError
@@ -44,7 +45,8 @@ def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]
         raise SuiteFileError(f"{path}: {field}: cannot import {spec!r}: {type(exc).__name__}: {exc}") from None
     if not callable(obj):
         raise SuiteFileError(f"{path}: {field}: {spec!r} is not callable")
-    return obj
+    found: Callable[..., Any] = obj
+    return found
 
 
 def load_suite_file(path: Path, label: str | None = None) -> Suite:
@@ -64,7 +66,9 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SuiteFileError(f"{shown}{where}: invalid YAML: {problem}") from None
-    errors = sorted(validator("suite.schema.json").iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message))
+    errors = sorted(
+        validator("suite.schema.json").iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message)
+    )
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise SuiteFileError(f"{shown}: {_field(error)}: {_problem(error)}")
