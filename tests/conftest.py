@@ -16,14 +16,26 @@ REPO = Path(__file__).resolve().parent.parent
 PROMPTS = REPO / "prompts"
 SMOKE = REPO / "eval" / "datasets" / "geo_smoke.jsonl"
 
+PROMPT_FILES = ("ranker_system.txt", "ranker_user.txt", "rewriter_system.txt", "rewriter_user.txt",
+                "meta_optimizer_system.txt", "meta_optimizer_user.txt")
+
 pytest_plugins = ["pytester"]
 collect_ignore = ["corpus"]  # malformed inputs, run one by one by test_corpus.py
+
+
+def copy_prompts(destination: Path, source: Path = PROMPTS) -> Path:
+    """The E-GEO prompt files, by name: whatever else lies in the repo's prompts/ (a
+    candidate left by the README's optimize example) stays out of the tests."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in PROMPT_FILES:
+        shutil.copy(source / name, destination / name)
+    return destination
 
 
 @pytest.fixture
 def geo_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester dir with the repo's prompts and smoke dataset, and no key in the env."""
-    shutil.copytree(PROMPTS, pytester.path / "prompts")
+    copy_prompts(pytester.path / "prompts")
     (pytester.path / "data").mkdir()
     shutil.copy(SMOKE, pytester.path / "data" / "smoke.jsonl")
     pytester.makeini("[pytest]\n")
@@ -84,7 +96,7 @@ class GeoProject:
     def __init__(self, pytester: pytest.Pytester, server: FakeOpenAI) -> None:
         self.pytester = pytester
         self.server = server
-        shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+        copy_prompts(pytester.path / "prompts")
 
     def dataset(self, n: int, name: str = "rows.jsonl") -> Path:
         path = self.pytester.path / name

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import copy_prompts
+
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
@@ -109,7 +111,7 @@ CASES = [
 
 
 def run_dataset(pytester: pytest.Pytester, case: Case) -> None:
-    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    copy_prompts(pytester.path / "prompts")
     shutil.copy(CORPUS / "datasets" / case.name, pytester.path / case.name)
     result = pytester.runpytest(case.name, "--geo-mock", "--geo-report", "report.json", "-rA")
     output = "\n".join(result.outlines + result.errlines)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import copy_prompts
 from pytest_geo.engine.facts import extract_facts, new_facts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +106,7 @@ def pytest_geo_make_client(config, settings):
 
 @pytest.fixture
 def rewriter_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    copy_prompts(pytester.path / "prompts")
     user = pytester.path / "prompts" / "rewriter_user.txt"
     user.write_text("QID={{query_id}}\n" + user.read_text())
     pytester.makeconftest(REWRITER_CONFTEST)
@@ -142,7 +143,7 @@ def test_strict_facts_scores_zero_and_fails_the_item(rewriter_project: pytest.Py
 
 
 def test_mock_smoke_rewrites_add_no_facts(pytester: pytest.Pytester) -> None:
-    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    copy_prompts(pytester.path / "prompts")
     shutil.copy(REPO / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
     result = pytester.runpytest("smoke.jsonl", "--geo-mock", "--geo-strict-facts")
     result.assert_outcomes(passed=8)

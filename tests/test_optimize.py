@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import copy_prompts
 from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
@@ -50,7 +51,7 @@ class Project:
 
 def make_project(root: Path, train_rows: int | None = None) -> Project:
     root.mkdir(parents=True, exist_ok=True)
-    prompts = shutil.copytree(ROOT / "prompts", root / "prompts")
+    prompts = copy_prompts(root / "prompts")
     val = Path(shutil.copy(SMOKE, root / "val.jsonl"))
     train = root / "train.jsonl"
     lines = SMOKE.read_text(encoding="utf-8").splitlines(keepends=True)

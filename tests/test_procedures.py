@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import copy_prompts
 from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
@@ -91,7 +92,7 @@ def test_prompt_procedure_outside_a_run_says_so() -> None:
 
 @pytest.fixture
 def suites_project(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "prompts", tmp_path / "prompts")
+    copy_prompts(tmp_path / "prompts")
     (tmp_path / "headline.txt").write_text("Write a headline for: {{input}}\n")
     (tmp_path / "evals.py").write_text(SUITES)
     return tmp_path

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from conftest import copy_prompts
 from pytest_geo.engine.answers import parse_ranking, parse_rewrite
 from pytest_geo.engine.prompts import load_prompts
 from pytest_geo.llm.mock import SIGNAL
@@ -79,7 +79,7 @@ def pytest_sessionfinish(session):
 
 
 def test_a_mock_run_over_hostile_candidates(pytester: pytest.Pytester) -> None:
-    shutil.copytree(REPO / "prompts", pytester.path / "prompts")
+    copy_prompts(pytester.path / "prompts")
     pytester.makeconftest(RECORDING_CONFTEST)
     rows = []
     for i, text in enumerate(HOSTILE):
