@@ -281,6 +281,7 @@ def test_an_interrupted_run_leaves_the_working_prompt_byte_identical(project, si
     proc = subprocess.Popen(
         [sys.executable, str(driver), str(marker), *project.args("--iters", "3", "--apply")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even if ours is ignored
     )
     try:
         deadline = time.monotonic() + 20
