@@ -1,11 +1,15 @@
-"""Scale bench: pytest-geo in mock mode over 2,500 / 5,000 / 10,000 GEO rows against a
-bare pytest collector that yields the same number of no-op items from the same file.
+"""Scale bench: pytest-geo over one GEO dataset (3,000 rows by default), three ways, side
+by side in one run:
 
-Prints wall time, per-row time, the ratio (target <= 1.2x) and peak RSS per run. Every
-run is a fresh `python -m pytest -p no:cacheprovider -q` subprocess, measured from its
-own wrapper process so `RUSAGE_CHILDREN` holds that run's peak alone.
+- bare: a custom pytest collector that reads the same file and yields no-op items;
+- noop: pytest-geo with the experiment replaced by a no-op outcome (its own overhead);
+- mock: pytest-geo with the offline mock, in-process (the whole mock run).
 
-    python bench/bench_scale.py [--sizes 2500 5000 10000] [--repeat 3] [-- extra pytest args]
+Prints wall and CPU time per configuration and the ratios the targets name. Every run
+is a fresh `python -m pytest -p no:cacheprovider -q` subprocess, measured from its own
+wrapper process so `RUSAGE_CHILDREN` holds that run alone.
+
+    python bench/bench_scale.py [--rows 3000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -42,13 +46,25 @@ BARE_CONFTEST = textwrap.dedent('''
             return RowsFile.from_parent(parent, path=file_path)
 ''')
 
+NOOP_CONFTEST = textwrap.dedent('''
+    # The GEO experiment replaced by a no-op outcome: what is left is pytest-geo itself
+    # (collection, validation, items, scheduling, records, hooks, the summary).
+    from pytest_geo.engine.experiment import GeoEngine, GeoOutcome
+
+    async def run(self, row, prompts=None, rank_before=None):
+        return GeoOutcome(row.query_id, row.target_id, 3, 1, row.target.description)
+
+    GeoEngine.run = run
+''')
+
 MEASURE = textwrap.dedent('''
     import json, resource, subprocess, sys, time
     start = time.perf_counter()
     done = subprocess.run(sys.argv[2:], cwd=sys.argv[1], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - start
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(json.dumps({"wall": wall, "peak_kb": peak_kb, "rc": done.returncode, "tail": done.stdout[-400:]}))
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_kb": usage.ru_maxrss,
+                      "rc": done.returncode, "tail": done.stdout[-400:]}))
 ''')
 
 
@@ -78,50 +94,52 @@ def measure(cwd: Path, args: list[str]) -> dict[str, float]:
 
 
 def best(cwd: Path, args: list[str], repeat: int) -> dict[str, float]:
+    """The fastest of `repeat` runs by wall time, and the least CPU time of them (noise on
+    a shared machine only ever adds)."""
     runs = [measure(cwd, args) for _ in range(repeat)]
-    return min(runs, key=lambda r: r["wall"])
+    fastest = min(runs, key=lambda r: r["wall"])
+    return {**fastest, "cpu": min(r["cpu"] for r in runs)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2500, 5000, 10000])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts")
-    parser.add_argument("extra", nargs="*", help="extra arguments for the pytest-geo runs")
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--repeat", type=int, default=5, help="runs per configuration; the fastest counts")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="geo-bench-") as tmp:
         root = Path(tmp)
-        geo_dir, bare_dir = root / "geo", root / "bare"
-        for d in (geo_dir, bare_dir):
+        dirs = {name: root / name for name in ("bare", "noop", "mock")}
+        for d in dirs.values():
             d.mkdir()
             (d / "pytest.ini").write_text("[pytest]\n")
-        shutil.copytree(REPO / "prompts", geo_dir / "prompts")
-        (bare_dir / "conftest.py").write_text(BARE_CONFTEST)
-        print(f"{'rows':>6} {'geo s':>7} {'bare s':>7} {'geo us/row':>11} {'bare us/row':>12} {'ratio':>6} "
-              f"{'geo MB':>7} {'bare MB':>8}")
-        results = []
-        for n in args.sizes:
-            rows = root / f"rows{n}.jsonl"
-            write_rows(rows, n)
-            (geo_dir / "rows.jsonl").unlink(missing_ok=True)
-            (bare_dir / "rows.jsonl").unlink(missing_ok=True)
-            shutil.copy(rows, geo_dir / "rows.jsonl")
-            shutil.copy(rows, bare_dir / "rows.jsonl")
-            geo = best(geo_dir, ["rows.jsonl", "--geo-mock", *args.extra], args.repeat)
-            bare = best(bare_dir, ["-p", "no:geo", "rows.jsonl"], args.repeat)
-            results.append((n, geo, bare))
-            print(f"{n:>6} {geo['wall']:>7.2f} {bare['wall']:>7.2f} {geo['wall'] / n * 1e6:>11.1f} "
-                  f"{bare['wall'] / n * 1e6:>12.1f} {geo['wall'] / bare['wall']:>5.2f}x "
-                  f"{geo['peak_kb'] / 1024:>7.1f} {bare['peak_kb'] / 1024:>8.1f}")
-        if len(results) >= 2:
-            (n0, g0, b0), (n1, g1, b1) = results[0], results[-1]
-            rows_added = n1 - n0
-            marginal_geo = (g1["wall"] - g0["wall"]) / rows_added
-            marginal_bare = (b1["wall"] - b0["wall"]) / rows_added
-            print(f"marginal per-row time {n0}->{n1}: geo {marginal_geo * 1e6:.1f} us, bare {marginal_bare * 1e6:.1f} us, "
-                  f"ratio {marginal_geo / marginal_bare:.2f}x")
-            print(f"marginal memory per row: geo {(g1['peak_kb'] - g0['peak_kb']) / rows_added:.2f} KB, "
-                  f"bare {(b1['peak_kb'] - b0['peak_kb']) / rows_added:.2f} KB")
+            write_rows(d / "rows.jsonl", args.rows)
+        for name in ("noop", "mock"):
+            shutil.copytree(REPO / "prompts", dirs[name] / "prompts")
+        (dirs["bare"] / "conftest.py").write_text(BARE_CONFTEST)
+        (dirs["noop"] / "conftest.py").write_text(NOOP_CONFTEST)
+        command = {
+            "bare": ["-p", "no:geo", "-p", "no:xdist", "rows.jsonl"],
+            "noop": ["-p", "no:xdist", "rows.jsonl", "--geo-mock"],
+            "mock": ["-p", "no:xdist", "rows.jsonl", "--geo-mock"],
+        }
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in dirs}
+        for _ in range(args.repeat):  # interleaved, so drift on a shared machine hits all three alike
+            for name, d in dirs.items():
+                runs[name].append(measure(d, command[name]))
+        result = {name: {"wall": min(r["wall"] for r in rs), "cpu": min(r["cpu"] for r in rs),
+                         "peak_kb": min(r["peak_kb"] for r in rs)} for name, rs in runs.items()}
+        n = args.rows
+        print(f"{n} rows, best of {args.repeat} interleaved runs each, in-process (-p no:xdist):")
+        print(f"{'run':>6} {'wall s':>7} {'cpu s':>7} {'cpu us/row':>11} {'peak MB':>8}")
+        for name, r in result.items():
+            print(f"{name:>6} {r['wall']:>7.2f} {r['cpu']:>7.2f} {r['cpu'] / n * 1e6:>11.1f} {r['peak_kb'] / 1024:>8.1f}")
+        bare, noop, mock = result["bare"], result["noop"], result["mock"]
+        print(f"plugin overhead (experiment a no-op) / bare collector: wall {noop['wall'] / bare['wall']:.2f}x, "
+              f"cpu {noop['cpu'] / bare['cpu']:.2f}x (target <= 1.2x)")
+        print(f"mock experiment: {(mock['cpu'] - noop['cpu']) / n * 1e3:.3f} ms of CPU per row on top (target <= 0.3 ms)")
+        print(f"whole mock run / bare collector: cpu {mock['cpu'] / bare['cpu']:.2f}x (target <= 1.6x), "
+              f"wall {mock['wall'] / bare['wall']:.2f}x")
     return 0
 
 
