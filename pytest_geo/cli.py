@@ -9,13 +9,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_geo.data.dataset import DatasetError, iter_dataset, split_lines
+from pytest_geo.data.dataset import DatasetError, iter_dataset, row_names, split_lines
+from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
 from pytest_geo.options import any_int, positive_int
-from pytest_geo.report.terminal import fact_rate_lines
-from pytest_geo.scoring import summarize
+from pytest_geo.report.results import Results
+from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
     DEFAULT_CONCURRENCY,
     DEFAULT_SEED,
@@ -125,7 +126,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    rows, problems = split_lines(itertools.islice(iter_dataset(args.dataset, settings.seed), args.limit))
+    lines = list(itertools.islice(iter_dataset(args.dataset, settings.seed), args.limit))
+    rows, problems = split_lines(lines)
     for problem in problems:
         print(problem, file=sys.stderr)
     geo = GeoSession(settings)
@@ -136,17 +138,24 @@ def evaluate(args: argparse.Namespace) -> int:
         outcomes = geo.evaluate(rows)
     finally:
         geo.close()
-    for outcome in outcomes:
+    # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
+    dataset = str(args.dataset)
+    results = Results()
+    names = dict(zip([line.line for line in lines], row_names(lines), strict=True))
+    for row, outcome in zip(rows, outcomes, strict=True):
+        record = geo_record(row, outcome.record(), suite=dataset, split="train", nodeid=f"{dataset}::{names[row.line]}")
+        results.add(record)
         if outcome.error is not None:
-            print(f"{args.dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+            print(f"{dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
         if args.verbose:
-            record: dict[str, object] = dict(outcome.record())
-            print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
-    rewrites = [o for o in outcomes if o.rewritten_description is not None]
-    for line in fact_rate_lines(sum(1 for o in rewrites if o.fact_violations), len(rewrites)):
+            shown: dict[str, object] = dict(record)
+            print(json.dumps({k: shown[k] for k in VERBOSE_FIELDS}))
+    for problem in problems:
+        results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{names[problem.line]}"))
+    for line in fact_lines(results):
         print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
-    print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
-    return 1 if problems or any(o.error is not None for o in outcomes) else 0
+    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    return 1 if results.problems or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:

@@ -109,3 +109,22 @@ def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI
     assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", "prompts", "--base-url", fake_openai.url]) == 2
     assert "egeo: error:" in capsys.readouterr().err
     assert not (workdir / ".pytest_cache").exists()
+
+
+def test_an_errored_row_scores_zero_and_fails_the_command(
+    workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One row at a time: the first request (row r0's) is refused for good (401 is not
+    # retried), the other rows run; E-GEO's rule: the errored row counts 0.0 in the mean.
+    fake_openai.fail_next("401")
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--concurrency", "1", "--no-cache", "--verbose"])
+    captured = capsys.readouterr()
+    assert code == 1
+    *rows, = (json.loads(line) for line in captured.out.splitlines() if line.startswith("{\"query_id\""))
+    assert [(r["query_id"], r["rank_improvement"]) for r in rows] == [("r0", None), ("r1", 2), ("r2", 2)]
+    metrics = json.loads(captured.out[captured.out.index("{\n"):])
+    assert metrics == {"n": 3, "avg_rank_improvement": 4 / 3, "win_rate": 2 / 3,
+                       "stderr_rank_improvement": pytest.approx(2 / 3)}
+    assert "rows.jsonl: r0: error: ranker model call failed: HTTP 401" in captured.err \
+        or "rows.jsonl: r0: error: rewriter model call failed: HTTP 401" in captured.err

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from pytest_geo.data.dataset import GeoRow, RowProblem
+
 RecordKind = Literal["geo", "suite", "problem", "empty"]
 SCORED: tuple[RecordKind, ...] = ("geo", "suite")
+GEO_METRIC = "rank_improvement"  # the built-in metric of GEO rows: the rank experiment
 
 
 class _Where(TypedDict):
@@ -55,8 +58,12 @@ def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str,
                      threshold=threshold)
 
 
-def geo_record(base: RowRecord, dataset: str, outcome: OutcomeFields, target_was_chosen: bool) -> RowRecord:
-    return RowRecord(**base, **outcome, dataset=dataset, target_was_chosen=target_was_chosen)
+def geo_record(row: GeoRow, outcome: OutcomeFields, *, suite: str, split: str, nodeid: str,
+               threshold: float | None = None) -> RowRecord:
+    """A GEO row's record, for the plugin's items and `egeo evaluate` alike."""
+    base = where("geo", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=row.line,
+                 threshold=threshold)
+    return RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen)
 
 
 def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,
@@ -64,8 +71,11 @@ def suite_record(base: RowRecord, index: int, input: str, score: float, feedback
     return RowRecord(**base, index=index, input=input, score=score, feedback=feedback, error=error)
 
 
-def problem_record(base: RowRecord, dataset: str, problem: str) -> RowRecord:
-    return RowRecord(**base, dataset=dataset, problem=problem)
+def problem_record(problem: RowProblem, *, suite: str, split: str, nodeid: str,
+                   threshold: float | None = None) -> RowRecord:
+    base = where("problem", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=problem.line,
+                 threshold=threshold)
+    return RowRecord(**base, dataset=problem.path, problem=problem.problem)
 
 
 def is_scored(record: RowRecord) -> bool:

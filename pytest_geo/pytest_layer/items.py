@@ -19,7 +19,7 @@ from pytest_geo.data.record import (
 from pytest_geo.pytest_layer.state import geo_session_of
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suites.procedures import running_with
-from pytest_geo.suites.suite import GEO_METRIC, Metric, score_metric
+from pytest_geo.suites.suite import Metric, score_metric
 
 
 class GeoRowFailure(Exception):
@@ -60,8 +60,8 @@ class GeoRowItem(GeoItem):
 
     def runtest(self) -> None:
         outcome = geo_session_of(self.config).outcome(self.row)
-        self.geo_record = geo_record(self._where("geo", GEO_METRIC), self.row.path, outcome.record(),
-                                     self.row.target_was_chosen)
+        self.geo_record = geo_record(self.row, outcome.record(), suite=self.suite_name, split=self.split,
+                                     nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
             raise GeoRowFailure(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
 
@@ -73,8 +73,8 @@ class GeoProblemItem(GeoItem):
         super().__init__(**kwargs)
 
     def runtest(self) -> None:
-        self.geo_record = problem_record(self._where("problem", GEO_METRIC), self.problem.path,
-                                         self.problem.problem)
+        self.geo_record = problem_record(self.problem, suite=self.suite_name, split=self.split,
+                                         nodeid=self.nodeid, threshold=self.threshold)
         raise GeoRowFailure(str(self.problem))
 
 

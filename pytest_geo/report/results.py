@@ -7,11 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_geo.data.record import RowRecord, is_scored
+from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, movement
 from pytest_geo.scoring import Summary, summarize
-from pytest_geo.suites.suite import GEO_METRIC
 
 REPORT_FORMAT_VERSION = 1
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")

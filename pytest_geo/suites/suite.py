@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.dataset import DatasetError, DatasetLine, iter_dataset
+from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 
 Row = tuple[Any, Any]
 DatasetSpec = Sequence[Row] | Callable[[], Iterable[Row]] | str | Path
 MetricFn = Callable[..., Any]
-GEO_METRIC = "rank_improvement"
 
 
 class SuiteError(Exception):

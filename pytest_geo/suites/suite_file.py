@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.data.schemas import error_path, validator
-from pytest_geo.suites.suite import GEO_METRIC, Suite, SuiteError
+from pytest_geo.suites.suite import Suite, SuiteError
 
 if TYPE_CHECKING:
     import jsonschema
