@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> object:
     """`GeoOutcome` on first use: importing the engine (asyncio, the fact checker) costs
-    every pytest run that loads the plugin ~25 ms."""
+    every pytest run that loads the plugin."""
     if name == "GeoOutcome":
         from pytest_geo.engine.experiment import GeoOutcome
 

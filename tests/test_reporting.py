@@ -4,6 +4,7 @@ comparison and gating, and the HTML report."""
 from __future__ import annotations
 
 import json
+import random
 from html.parser import HTMLParser
 from importlib import resources
 from typing import Any
@@ -12,6 +13,7 @@ import jsonschema
 import pytest
 
 from pytest_geo.report.metadata import base_url_host
+from pytest_geo.settings import DEFAULT_SEED
 
 ROW = {
     "query": "red running shoes",
@@ -166,6 +168,12 @@ def test_repeats_shuffle_candidates_per_repeat_and_average(geo_project: pytest.P
         assert row["rank_before"] == pytest.approx(sum(r["rank_before"] for r in row["repeats"]) / 5)
     orders = [tuple(run["order"]) for row in first for run in row["repeats"]]
     assert len(set(orders)) > 5  # differs per repeat and per row
+    # The documented rule, computed here: one Random per (seed, dataset, row, repeat).
+    for row in first:
+        for run in row["repeats"]:
+            expected = [c["id"] for c in ROW["candidates"]]
+            random.Random(f"{DEFAULT_SEED}\x1frepeat\x1frows.jsonl\x1f{row['query_id']}\x1f{run['repeat']}").shuffle(expected)
+            assert run["order"] == expected
     assert rows("--geo-repeats", "5") == first  # seeded: the same on every run
     geo_project.makeini("[pytest]\ngeo_repeats = 5\n")
     assert rows() == first

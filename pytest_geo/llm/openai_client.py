@@ -38,8 +38,8 @@ async def _count_attempt(request: Any) -> None:
 
 def _http_client() -> Any:
     """The SDK's aiohttp transport when installed (the `openai[aiohttp]` extra we depend
-    on): httpcore's pool costs ~0.5 ms of CPU per request at 64 connections, which at high
-    concurrency makes the client, not the server, the bottleneck (bench/bench_concurrency.py)."""
+    on): httpcore's pool costs more CPU per request, which at high concurrency makes the
+    client, not the server, the bottleneck (README, "Concurrency")."""
     hooks = {"request": [_count_attempt]}
     try:
         return openai.DefaultAioHttpClient(event_hooks=hooks)
