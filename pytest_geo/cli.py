@@ -18,9 +18,11 @@ from pytest_geo.options import any_int, positive_int
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
+    DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_SEED,
     MOCK_ENV,
+    PYTEST_CACHE,
     ROLES,
     Settings,
     build_settings,
@@ -28,10 +30,6 @@ from pytest_geo.settings import (
 from pytest_geo.templates import PromptError
 
 VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
-# The pytest plugin's default cache (<rootdir>/.pytest_cache/d/geo): run from the rootdir,
-# egeo and pytest share answers.
-PYTEST_CACHE = Path(".pytest_cache")
-DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
 
 
 def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:

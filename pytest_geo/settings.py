@@ -19,6 +19,10 @@ DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer
 MODEL_ENV = {"ranker": "RANKER_MODEL", "rewriter": "REWRITER_MODEL", "optimizer": "META_MODEL"}
 ROLES = ("ranker", "rewriter", "optimizer")
 SPLITS = ("test", "train", "all")
+# The answer cache lives in the pytest cache of the project (relative to its rootdir for
+# the plugin, to the working directory for `egeo`), so the two share answers.
+PYTEST_CACHE = Path(".pytest_cache")
+DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:

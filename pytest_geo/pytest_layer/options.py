@@ -19,12 +19,14 @@ from pytest_geo.options import (
     temperature,
 )
 from pytest_geo.settings import (
+    DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
     MOCK_ENV,
     MODEL_ENV,
+    PYTEST_CACHE,
     ROLES,
     Settings,
     build_settings,
@@ -174,6 +176,6 @@ def set_cache_location(config: pytest.Config, settings: Settings) -> None:
     elif getattr(config, "cache", None) is not None:
         settings.cache_dir = config.cache.mkdir("geo")
     else:
-        settings.cache_dir = config.rootpath / ".pytest_cache" / "d" / "geo"
+        settings.cache_dir = config.rootpath / DEFAULT_CACHE_DIR
         if not settings.mock:
-            make_ignored_pytest_cache(config.rootpath / ".pytest_cache")
+            make_ignored_pytest_cache(config.rootpath / PYTEST_CACHE)
