@@ -21,6 +21,22 @@ class _Where(TypedDict):
     threshold: float | None
 
 
+class ModelCall(TypedDict, total=False):
+    """One model call of a row, for reading it back in the HTML report: the messages as
+    sent (prompts rendered) and the answer's raw text, also when it came from the cache.
+    No key, no headers: only what the prompt templates and the model produced. `error`
+    is set instead of `answer` when the call failed for good."""
+
+    step: str  # rank_before, rewrite or rank_after
+    role: str
+    model: str
+    attempt: int  # 0, then 1.. for re-asks after an unusable answer
+    messages: list[dict[str, str]]
+    answer: str | None
+    cached: bool
+    error: str
+
+
 class OutcomeFields(TypedDict, total=False):
     """What a GEO row's experiment adds (engine/experiment.py fills it)."""
 
@@ -35,15 +51,19 @@ class OutcomeFields(TypedDict, total=False):
     error: str | None
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
+    calls: list[ModelCall]
 
 
 class RowRecord(_Where, OutcomeFields, total=False):
-    """`kind` says which fields are set: geo rows have the OutcomeFields plus `dataset`
-    and `target_was_chosen`; suite rows `index`, `input`, `score`, `feedback`, `error`;
-    problems `dataset` and `problem`; an empty split only the location."""
+    """`kind` says which fields are set: geo rows have the OutcomeFields plus `dataset`,
+    `target_was_chosen`, `query` and the target's `original_description`; suite rows
+    `index`, `input`, `score`, `feedback`, `error`; problems `dataset` and `problem`; an
+    empty split only the location."""
 
     dataset: str
     target_was_chosen: bool
+    query: str
+    original_description: str
     index: int
     input: str
     problem: str
@@ -55,8 +75,10 @@ def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str,
                      threshold=threshold)
 
 
-def geo_record(base: RowRecord, dataset: str, outcome: OutcomeFields, target_was_chosen: bool) -> RowRecord:
-    return RowRecord(**base, **outcome, dataset=dataset, target_was_chosen=target_was_chosen)
+def geo_record(base: RowRecord, dataset: str, outcome: OutcomeFields, target_was_chosen: bool, *,
+               query: str, original_description: str) -> RowRecord:
+    return RowRecord(**base, **outcome, dataset=dataset, target_was_chosen=target_was_chosen, query=query,
+                     original_description=original_description)
 
 
 def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,

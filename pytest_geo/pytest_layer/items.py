@@ -61,7 +61,8 @@ class GeoRowItem(GeoItem):
     def runtest(self) -> None:
         outcome = geo_session_of(self.config).outcome(self.row)
         self.geo_record = geo_record(self._where("geo", GEO_METRIC), self.row.path, outcome.record(),
-                                     self.row.target_was_chosen)
+                                     self.row.target_was_chosen, query=self.row.query,
+                                     original_description=self.row.target.description)
         if outcome.error is not None:
             raise GeoRowFailure(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
 
