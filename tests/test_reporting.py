@@ -121,7 +121,7 @@ def pytest_geo_make_client(config, settings):
     result.stdout.fnmatch_lines([
         "data/smoke.jsonl: n=8 *",
         f"  ci95=[[]{suite['ci95'][0]:.4f}, {suite['ci95'][1]:.4f}[]] up/unchanged/down={ups / 8:.2f}/{ties / 8:.2f}/0.00"
-        f" sign_test_p={0.5 ** ups:.4g}",
+        f" sign_test_p={0.5 ** ups:.4f}",
     ])
 
 
@@ -194,7 +194,7 @@ def test_baseline_comparison_in_summary_and_report(geo_project: pytest.Pytester)
     result.stdout.fnmatch_lines([
         "baseline base.json:",
         "  data/smoke.jsonl::rank_improvement [[]train[]]: 2.0000 vs 1.0000 (diff +1.0000); paired n=7"
-        " mean_diff=+1.0000 stderr=0.0000 sign_test_p=0.01562",
+        " mean_diff=+1.0000 stderr=0.0000 sign_test_p=0.0156",
         "Evals:",
     ])
     compared = read(geo_project, "r.json")["baseline"]
@@ -215,7 +215,7 @@ def test_significant_drop_fails_only_with_the_flag(geo_project: pytest.Pytester)
                                    "--geo-fail-on-regression")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["REGRESSION: data/smoke.jsonl::rank_improvement dropped against the baseline"
-                                 " (mean_diff=-0.5000, sign_test_p=0.007812)", "Evals:"])
+                                 " (mean_diff=-0.5000, sign_test_p=0.0078)", "Evals:"])
     # five rows are too few for p < 0.05 (two-sided sign test, p = 1/16): not significant
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
                                    "--geo-fail-on-regression", "-k", "q1 or q2 or q3 or q4 or q5")
