@@ -49,6 +49,9 @@ def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject)
     result.assert_outcomes(passed=5)
     assert served_project.server.requests == []
     first, second = report(served_project, "first.json"), report(served_project, "second.json")
+    assert all(c["cached"] for r in second["rows"] for c in r["calls"])
+    for row in [*first["rows"], *second["rows"]]:  # the same answers, only now from the cache
+        row["calls"] = [{**c, "cached": None} for c in row["calls"]]
     assert first["rows"] == second["rows"] and first["geo"] == second["geo"]
     assert second["usage"]["ranker"]["cache_hits"] == 10 == second["usage"]["ranker"]["calls"]
     assert second["usage"]["ranker"]["prompt_tokens"] == 0 < first["usage"]["ranker"]["prompt_tokens"]

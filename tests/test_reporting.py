@@ -123,7 +123,7 @@ def pytest_geo_make_client(config, settings):
     result.stdout.fnmatch_lines([
         "data/smoke.jsonl: n=8 *",
         f"  ci95=[[]{suite['ci95'][0]:.4f}, {suite['ci95'][1]:.4f}[]] up/unchanged/down={ups / 8:.2f}/{ties / 8:.2f}/0.00"
-        f" sign_test_p={0.5 ** ups:.4g}",
+        f" sign_test_p={0.5 ** ups:.4f}",
     ])
 
 
@@ -202,7 +202,7 @@ def test_baseline_comparison_in_summary_and_report(geo_project: pytest.Pytester)
     result.stdout.fnmatch_lines([
         "baseline base.json:",
         "  data/smoke.jsonl::rank_improvement [[]train[]]: 2.0000 vs 1.0000 (diff +1.0000); paired n=7"
-        " mean_diff=+1.0000 stderr=0.0000 sign_test_p=0.01562",
+        " mean_diff=+1.0000 stderr=0.0000 sign_test_p=0.0156",
         "Evals:",
     ])
     compared = read(geo_project, "r.json")["baseline"]
@@ -223,7 +223,7 @@ def test_significant_drop_fails_only_with_the_flag(geo_project: pytest.Pytester)
                                    "--geo-fail-on-regression")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["REGRESSION: data/smoke.jsonl::rank_improvement dropped against the baseline"
-                                 " (mean_diff=-0.5000, sign_test_p=0.007812)", "Evals:"])
+                                 " (mean_diff=-0.5000, sign_test_p=0.0078)", "Evals:"])
     # five rows are too few for p < 0.05 (two-sided sign test, p = 1/16): not significant
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
                                    "--geo-fail-on-regression", "-k", "q1 or q2 or q3 or q4 or q5")
@@ -312,19 +312,26 @@ def test_html_report_is_self_contained_well_formed_and_escaped(geo_project: pyte
     assert checker.stack == []
     assert page.startswith("<!DOCTYPE html>")
     names = [tag for tag, _ in checker.tags]
-    assert names.count("script") == 1 and "alert" not in checker.scripts[0]
+    assert names.count("script") == 3  # the rows, the transcripts (both JSON data) and the viewer
+    blobs = {attrs.get("id"): text for (tag, attrs), text in
+             zip([t for t in checker.tags if t[0] == "script"], checker.scripts, strict=True)}
+    assert set(blobs) == {"geo-rows", "geo-transcripts", None}
+    assert "alert" not in blobs[None] and "<" not in blobs["geo-rows"] + blobs["geo-transcripts"]
     assert not [a for _, attrs in checker.tags for k, a in attrs.items() if k in ("src", "href")]
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
-    assert "Top match for your search. </td><script>alert(1)</script>&amp;" in checker.text
-    assert "&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;&amp;amp;" in page
+    rows = json.loads(blobs["geo-rows"])["rows"]
+    hostile_row = next(r for r in rows if r["id"].endswith("x1"))
+    # the hostile description reaches the viewer intact, as data: the script sets it as text
+    assert "".join(text for op, text in hostile_row["diff"] if op >= 0) == \
+        "Top match for your search. </td><script>alert(1)</script>&amp;"
     figures = {attrs.get("data-figure") for tag, attrs in checker.tags if tag == "svg"}
     assert figures == {"histogram", "before-after"}
     bars = [attrs for tag, attrs in checker.tags if tag == "rect" and attrs.get("height") not in (None, "10", "0.0")]
     assert len(bars) >= 3  # the +2 histogram bar, the before bars at rank 3/4, the after bar at rank 1
     tables = [attrs.get("class") for tag, attrs in checker.tags if tag == "table"]
     assert tables == ["suites", "rows"]
-    assert sum(1 for tag, attrs in checker.tags if tag == "tr") == 1 + 2 + 1 + 9  # suites header+2, rows header+9
-    assert "addEventListener" in checker.scripts[0]  # the sortable table
+    assert sum(1 for tag, attrs in checker.tags if tag == "tr") == 1 + 2 + 1  # suites header+2, rows header
+    assert len(rows) == 9 and "addEventListener" in blobs[None]  # the sortable table
 
 
 def test_no_html_without_rows(geo_project: pytest.Pytester) -> None:

@@ -6,14 +6,17 @@ import math
 
 import pytest
 
+from pytest_geo.report.numbers import column_decimals, format_ci, format_p
 from pytest_geo.report.stats import (
     confidence_interval,
     incomplete_beta,
+    is_proportion,
     movement,
     paired,
     sign_test,
     t_cdf,
     t_quantile,
+    wilson_interval,
 )
 
 
@@ -76,3 +79,40 @@ def test_paired_comparison() -> None:
     assert drop.sign_test_p == pytest.approx(1 / 32) and drop.significant_drop()
     assert not paired([0] * 5, [1] * 5).significant_drop()  # p = 1/16: not enough rows
 
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "expected"),
+    # Wilson score intervals at 95% (Newcombe 1998, table I; Agresti & Coull 1998)
+    [(0, 10, (0.0, 0.2775)), (5, 10, (0.2366, 0.7634)), (8, 10, (0.4902, 0.9433)), (10, 10, (0.7225, 1.0)),
+     (1, 1, (0.2065, 1.0)), (81, 263, (0.2553, 0.3662))],
+)
+def test_wilson_interval_matches_published_values(successes: int, n: int, expected: tuple[float, float]) -> None:
+    assert wilson_interval(successes, n) == pytest.approx(expected, abs=5e-4)
+
+
+def test_wilson_interval_stays_within_bounds_where_t_does_not() -> None:
+    assert wilson_interval(0, 0) is None
+    for n in range(1, 30):
+        for k in range(n + 1):
+            low, high = wilson_interval(k, n) or (math.nan, math.nan)
+            assert 0.0 <= low <= k / n <= high <= 1.0
+    # three rows of accuracy 1, 0, 1: mean ± t·stderr leaves [0, 1]
+    t_low, t_high = confidence_interval(2 / 3, math.sqrt(1 / 3) / math.sqrt(3), 3) or (0.0, 0.0)
+    assert t_low < 0 and t_high > 1
+    assert is_proportion([1.0, 0.0, 1.0]) and not is_proportion([1.0, 0.5]) and not is_proportion([])
+
+
+@pytest.mark.parametrize(
+    ("p", "text"),
+    [(3.725290298461914e-09, "3.7e-09"), (0.0009765625, "9.8e-04"), (0.001, "0.0010"), (0.0078125, "0.0078"),
+     (0.25, "0.2500"), (1.0, "1.0000"), (0.0, "0.0000"), (None, "")],
+)
+def test_p_values_read_in_fixed_decimals_or_scientific_when_small(p: float | None, text: str) -> None:
+    assert format_p(p) == text
+
+
+def test_a_column_has_one_number_of_decimals() -> None:
+    assert column_decimals([1.0, 3.0, None]) == 0
+    assert column_decimals([1.0, 2.5]) == 2
+    assert format_ci([-0.5, 1.25]) == "[-0.5000, 1.2500]" and format_ci(None) == "n/a"

@@ -24,6 +24,22 @@ class _Where(TypedDict):
     threshold: float | None
 
 
+class ModelCall(TypedDict, total=False):
+    """One model call of a row, for reading it back in the HTML report: the messages as
+    sent (prompts rendered) and the answer's raw text, also when it came from the cache.
+    No key, no headers: only what the prompt templates and the model produced. `error`
+    is set instead of `answer` when the call failed for good."""
+
+    step: str  # rank_before, rewrite or rank_after
+    role: str
+    model: str
+    attempt: int  # 0, then 1.. for re-asks after an unusable answer
+    messages: list[dict[str, str]]
+    answer: str | None
+    cached: bool
+    error: str
+
+
 class OutcomeFields(TypedDict, total=False):
     """What a GEO row's experiment adds (engine/experiment.py fills it)."""
 
@@ -38,15 +54,19 @@ class OutcomeFields(TypedDict, total=False):
     error: str | None
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
+    calls: list[ModelCall]
 
 
 class RowRecord(_Where, OutcomeFields, total=False):
-    """`kind` says which fields are set: geo rows have the OutcomeFields plus `dataset`
-    and `target_was_chosen`; suite rows `index`, `input`, `score`, `feedback`, `error`;
-    problems `dataset` and `problem`; an empty split only the location."""
+    """`kind` says which fields are set: geo rows have the OutcomeFields plus `dataset`,
+    `target_was_chosen`, `query` and the target's `original_description`; suite rows
+    `index`, `input`, `score`, `feedback`, `error`; problems `dataset` and `problem`; an
+    empty split only the location."""
 
     dataset: str
     target_was_chosen: bool
+    query: str
+    original_description: str
     index: int
     input: str
     problem: str
@@ -63,7 +83,8 @@ def geo_record(row: GeoRow, outcome: OutcomeFields, *, suite: str, split: str, n
     """A GEO row's record, for the plugin's items and `egeo evaluate` alike."""
     base = where("geo", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=row.line,
                  threshold=threshold)
-    return RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen)
+    return RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen, query=row.query,
+                     original_description=row.target.description)
 
 
 def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,

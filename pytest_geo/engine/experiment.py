@@ -12,7 +12,7 @@ from json.encoder import encode_basestring
 from typing import Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
-from pytest_geo.data.record import OutcomeFields
+from pytest_geo.data.record import ModelCall, OutcomeFields
 from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import PromptSet
@@ -36,6 +36,9 @@ class GeoOutcome:
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     fact_violations: tuple[str, ...] = ()
+    # Every model call of the row in experiment order (rank_before, rewrite, rank_after),
+    # for the HTML report's transcripts; plain dicts, since records cross processes.
+    calls: tuple[ModelCall, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def rank_improvement(self) -> int | None:
@@ -69,6 +72,7 @@ class GeoOutcome:
             feedback=self.feedback,
             error=self.error,
             fact_violations=list(self.fact_violations),
+            calls=list(self.calls),
         )
 
 
@@ -134,12 +138,28 @@ class GeoEngine:
         user: str,
         context: Mapping[str, Any],
         parse: Callable[[str], T],
+        calls: list[ModelCall] | None = None,
+        step: str = "",
     ) -> T:
-        """Ask, parse, and on an unusable answer ask again with the problem stated."""
+        """Ask, parse, and on an unusable answer ask again with the problem stated.
+
+        Every call goes through here, so this is where a row's transcript is kept: each
+        attempt's messages and raw answer are appended to `calls` when it is given."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         for attempt in range(self.reasks + 1):
             request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context)
-            response = await self.client.complete(request)
+            call = ModelCall(step=step or role, role=role, model=request.model, attempt=attempt,
+                             messages=[dict(m) for m in messages], answer=None, cached=False)
+            if calls is not None:
+                calls.append(call)
+            try:
+                response = await self.client.complete(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                call["error"] = one_line(exc)
+                raise
+            call["answer"], call["cached"] = response.text, response.cached
             try:
                 return parse(response.text)
             except AnswerError as exc:
@@ -151,7 +171,8 @@ class GeoEngine:
                 ]
         raise AssertionError("unreachable")
 
-    async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...]) -> int:
+    async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...], calls: list[ModelCall] | None = None,
+                   step: str = "rank") -> int:
         """1-based rank of the row's target among `candidates`."""
         used = _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user)
         values = candidate_values(row.query, row.query_id, candidates, used)
@@ -162,10 +183,13 @@ class GeoEngine:
             render(self.prompts.ranker_user, values),
             {"query": row.query, "candidates": [c.as_dict() for c in candidates]},
             lambda text: parse_ranking(text, ids),
+            calls,
+            step,
         )
         return ordered.index(row.target_id) + 1
 
-    async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None) -> str:
+    async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None,
+                      calls: list[ModelCall] | None = None) -> str:
         prompts = prompts or self.prompts
         target = row.target
         values = {
@@ -182,6 +206,8 @@ class GeoEngine:
             render(prompts.rewriter_user, values),
             {"query": row.query, **target.as_dict(), "template": prompts.rewriter_user},
             parse_rewrite,
+            calls,
+            "rewrite",
         )
 
     async def run(
@@ -193,25 +219,33 @@ class GeoEngine:
         """The whole experiment; anything that goes wrong becomes the outcome's error.
 
         `rank_before` may be given (the optimizer computes it once per row and reuses
-        it, since it does not depend on the rewriter prompt)."""
+        it, since it does not depend on the rewriter prompt; its calls are then not part
+        of this row's transcript)."""
         outcome = GeoOutcome(row.query_id, row.target_id)
+        # One list per step, joined in experiment order: rank_before and the rewrite
+        # run concurrently, and their calls would otherwise interleave by timing.
+        before_calls: list[ModelCall] = []
+        rewrite_calls: list[ModelCall] = []
+        after_calls: list[ModelCall] = []
         try:
-            before_task = rank_before if rank_before is not None else self.rank(row, row.candidates)
-            before, rewritten = await asyncio.gather(before_task, self.rewrite(row, prompts))
+            before_task = rank_before if rank_before is not None else self.rank(
+                row, row.candidates, before_calls, "rank_before")
+            before, rewritten = await asyncio.gather(before_task, self.rewrite(row, prompts, rewrite_calls))
             outcome = check_facts(replace(outcome, rank_before=before, rewritten_description=rewritten), row)
             rewritten_candidates = tuple(
                 replace(c, description=rewritten) if c.id == row.target_id else c for c in row.candidates
             )
-            after = await self.rank(row, rewritten_candidates)
+            after = await self.rank(row, rewritten_candidates, after_calls, "rank_after")
             outcome = replace(outcome, rank_after=after)
             if self.strict_facts and outcome.fact_violations:
                 facts = ", ".join(outcome.fact_violations)
                 outcome = replace(outcome, error=f"new facts not in the original: {facts} (--geo-strict-facts)")
-            return outcome
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure never stops the others
-            return replace(outcome, error=one_line(exc))
+            outcome = replace(outcome, error=one_line(exc))
+        # Copies: a call still in flight when its sibling failed must not change the record later.
+        return replace(outcome, calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
 
 
 def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:

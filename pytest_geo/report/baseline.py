@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_geo.report.numbers import format_p
 from pytest_geo.report.stats import Paired, paired
 
 ALPHA = 0.05
@@ -80,7 +81,7 @@ class Comparison:
         if self.paired is not None:
             p = self.paired
             text += (f"; paired n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
-                     f"sign_test_p={p.sign_test_p:.4g}")
+                     f"sign_test_p={format_p(p.sign_test_p)}")
         return text
 
     def as_json(self) -> dict[str, Any]:

@@ -1,74 +1,85 @@
 """One self-contained HTML file from a JSON report: inline CSS, JS and SVG, no network.
 
-Every value from a dataset or a model (descriptions, feedback, ids) is untrusted and is
-escaped; the script holds no data, it only sorts the table already in the page."""
+A viewer for judging rewrites: each row shows the query, the original and rewritten
+description side by side with the changed words marked, the ranks and the feedback, and
+on demand every model call of the row. Rows and transcripts travel as JSON in the page
+and are rendered by a small script (report/viewer.js) with `textContent`, one page of
+rows at a time and a transcript on expand, so a 10,000-row report opens quickly.
+Everything from a dataset or a model is untrusted: escaped in the markup written here,
+never parsed as HTML by the script."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
+from pytest_geo.report.numbers import format_ci, format_fixed, format_p
+from pytest_geo.report.viewer_data import script_json, viewer_data
+
+# The page may load nothing: no script, style, image or font from anywhere else.
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}h4{margin:10px 0 4px}
 table{border-collapse:collapse;margin:8px 0}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}
-table.rows th{cursor:pointer;user-select:none}
-table.rows th:after{content:" \\2195";color:#999}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
+th.sortable{cursor:pointer;user-select:none}
+th.sortable:after{content:" \\2195";color:#999}
+th[aria-sort=ascending]:after{content:" \\2191";color:#222}
+th[aria-sort=descending]:after{content:" \\2193";color:#222}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.text{max-width:420px;white-space:pre-wrap;word-break:break-word}
+td.desc{max-width:360px}
+td.id{font-size:12px;word-break:break-all;max-width:200px}
+ins{background:#c9f0d1;text-decoration:none}
+del{background:#f8d0d0;text-decoration:line-through}
+tr.error>td{background:#fff1f1}
+tr.error>td:first-child{border-left:4px solid #b00020}
+tr.detail>td{background:#fafafa}
+.transcript details.call{border:1px solid #ddd;margin:6px 0;padding:4px 8px;background:#fff}
+.transcript summary{cursor:pointer;font-weight:600}
+.transcript .msg{margin:4px 0}
+.transcript .role{font-size:12px;color:#555;font-weight:600}
+.transcript pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.35 ui-monospace,monospace}
+.controls{display:flex;gap:16px;align-items:center;margin:8px 0}
 .bad{color:#b00020}.meta{color:#555}
 .figures{display:flex;flex-wrap:wrap;gap:24px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 """
 
-SCRIPT = """
-document.querySelectorAll("table.rows").forEach(function (table) {
-  table.querySelectorAll("th").forEach(function (th, col) {
-    th.addEventListener("click", function () {
-      var body = table.tBodies[0];
-      var rows = Array.prototype.slice.call(body.rows);
-      var asc = th.getAttribute("data-dir") !== "asc";
-      table.querySelectorAll("th").forEach(function (h) { h.removeAttribute("data-dir"); });
-      th.setAttribute("data-dir", asc ? "asc" : "desc");
-      rows.sort(function (a, b) {
-        var x = a.cells[col].getAttribute("data-v"), y = b.cells[col].getAttribute("data-v");
-        var nx = parseFloat(x), ny = parseFloat(y);
-        var cmp = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
-        return asc ? cmp : -cmp;
-      });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-});
-"""
-
-ROW_COLUMNS = (
-    ("suite", "suite"), ("row", "nodeid"), ("target", "target_id"), ("before", "rank_before"),
-    ("after", "rank_after"), ("improvement", "rank_improvement"), ("score", "score"), ("feedback", "feedback"),
-    ("rewritten description / input", None),
+# The rows table's columns: header, the row entry's key to sort by (None: not sortable).
+ROW_COLUMNS: tuple[tuple[str, str | None], ...] = (
+    ("#", "i"), ("suite", "suite"), ("row", "id"), ("query / input", "query"),
+    ("original description", None), ("rewritten description", None), ("rank before", "before"),
+    ("rank after", "after"), ("improvement", "delta"), ("score", "score"), ("feedback", "feedback"),
+    ("model calls", "calls"),
 )
 BEFORE, AFTER = "#9aa5b1", "#2b7bb9"
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4f}" if not value.is_integer() else f"{value:.1f}"
-    return str(value)
+def viewer_script() -> str:
+    return resources.files("pytest_geo.report").joinpath("viewer.js").read_text(encoding="utf-8")
 
 
-def _cell(value: Any, cls: str = "") -> str:
+def _cell(value: Any, cls: str = "", show: Callable[[Any], str] = lambda v: "" if v is None else str(v)) -> str:
     attr = f' class="{cls}"' if cls else ""
-    return f'<td{attr} data-v="{escape(_fmt(value))}">{escape(_fmt(value))}</td>'
+    return f"<td{attr}>{escape(show(value))}</td>"
+
+
+def _fixed(decimals: int = 4, sign: bool = False) -> Callable[[Any], str]:
+    def show(value: Any) -> str:
+        if value is None:
+            return ""
+        return f"{float(value):+.{decimals}f}" if sign else format_fixed(float(value), decimals)
+    return show
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:
@@ -152,21 +163,22 @@ def before_after_svg(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _suite_rows(report: Mapping[str, Any]) -> Iterable[list[str]]:
     for s in report.get("suites", []):
-        ci = s.get("ci95")
         flag = "bad" if s.get("below_threshold") else ""
+        method = "Wilson score interval (0/1 scores)" if s.get("ci95_method") == "wilson" else "t interval"
+        ci = "" if s.get("ci95") is None else format_ci(s["ci95"])
         yield [
             _cell(s["suite"]),
             _cell(s["metric"]),
             _cell(s["split"]),
             _cell(s["n"], "num"),
-            _cell(float(s["score"]), "num " + flag),
-            _cell("" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"),
-            _cell(s.get("win_rate"), "num"),
-            _cell(s.get("moved_up"), "num"),
-            _cell(s.get("unchanged"), "num"),
-            _cell(s.get("moved_down"), "num"),
-            _cell(s.get("sign_test_p"), "num"),
-            _cell(s.get("threshold"), "num"),
+            _cell(s["score"], "num " + flag, _fixed()),
+            f'<td class="num" title="{escape(method)}">{escape(ci)}</td>',
+            _cell(s.get("win_rate"), "num", _fixed()),
+            _cell(s.get("moved_up"), "num", _fixed()),
+            _cell(s.get("unchanged"), "num", _fixed()),
+            _cell(s.get("moved_down"), "num", _fixed()),
+            _cell(s.get("sign_test_p"), "num", format_p),
+            _cell(s.get("threshold"), "num", _fixed()),
             _cell(s.get("feedback"), "text"),
         ]
 
@@ -177,28 +189,39 @@ def _baseline_rows(baseline: Mapping[str, Any]) -> Iterable[list[str]]:
         yield [
             _cell(c["suite"]),
             _cell(c["split"]),
-            _cell(c["score"], "num"),
-            _cell(c.get("baseline_score"), "num"),
-            _cell(c.get("diff"), "num"),
+            _cell(c["score"], "num", _fixed()),
+            _cell(c.get("baseline_score"), "num", _fixed()),
+            _cell(c.get("diff"), "num", _fixed(sign=True)),
             _cell(p.get("n"), "num"),
-            _cell(p.get("mean_diff"), "num"),
-            _cell(p.get("stderr"), "num"),
-            _cell(p.get("sign_test_p"), "num"),
+            _cell(p.get("mean_diff"), "num", _fixed(sign=True)),
+            _cell(p.get("stderr"), "num", _fixed()),
+            _cell(p.get("sign_test_p"), "num", format_p),
             _cell("yes" if c.get("regression") else "no", "bad" if c.get("regression") else ""),
         ]
 
 
-def _row_cells(row: Mapping[str, Any]) -> list[str]:
-    cells = []
-    for _, key in ROW_COLUMNS:
-        if key is None:
-            text = row.get("rewritten_description") if row.get("kind") == "geo" else row.get("input")
-            cells.append(_cell(text, "text"))
-        elif key in ("rank_before", "rank_after", "rank_improvement", "score"):
-            cells.append(_cell(row.get(key), "num"))
-        else:
-            cells.append(_cell(row.get(key), "text" if key == "feedback" else ""))
-    return cells
+def rows_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rows table, empty in the markup: the script fills it from the JSON below."""
+    table, transcripts = viewer_data(rows)
+    errors = sum(1 for r in rows if r.get("error"))
+    head = "".join(
+        f'<th data-key="{key}">{escape(label)}</th>' if key else f"<th>{escape(label)}</th>"
+        for label, key in ROW_COLUMNS
+    )
+    return [
+        '<h2>Rows</h2><p class="meta">Click a column header to sort, a row\'s calls button to read its '
+        "model calls (prompts sent, answers received).</p>",
+        '<div class="controls">'
+        f'<label><input type="checkbox" id="errors-only"/> errors only ({errors})</label>'
+        '<input type="search" id="row-filter" placeholder="filter rows" aria-label="filter rows"/>'
+        '<span id="rows-shown" class="meta"></span></div>',
+        f'<table class="rows" id="rows-table"><thead><tr>{head}</tr></thead><tbody></tbody></table>',
+        '<button type="button" id="show-more" hidden>show more</button>',
+        "<noscript>The rows table needs JavaScript; the JSON report (--geo-report) has every row.</noscript>",
+        f'<script type="application/json" id="geo-rows">{script_json(table)}</script>',
+        f'<script type="application/json" id="geo-transcripts">{script_json(transcripts)}</script>',
+        f"<script>{viewer_script()}</script>",
+    ]
 
 
 def render_html(report: Mapping[str, Any]) -> str:
@@ -208,7 +231,9 @@ def render_html(report: Mapping[str, Any]) -> str:
     models = ", ".join(f"{role}={model}" for role, model in (meta.get("models") or {}).items())
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"/><title>pytest-geo report</title>',
+        '<html lang="en"><head><meta charset="utf-8"/>',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}"/>',
+        "<title>pytest-geo report</title>",
         f"<style>{CSS}</style></head><body>",
         "<h1>pytest-geo report</h1>",
         f'<p class="meta">{escape("mock model" if meta.get("mock") else models)}; '
@@ -264,13 +289,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             before_after_svg(geo_rows),
             "</div>",
         ]
-    parts += [
-        '<h2>Rows</h2><p class="meta">Click a column header to sort.</p>',
-        _table([h for h, _ in ROW_COLUMNS], (_row_cells(r) for r in rows), "rows"),
-        f"<script>{SCRIPT}</script>",
-        "</body></html>",
-        "",
-    ]
+    parts += [*rows_section(rows), "</body></html>", ""]
     return "\n".join(parts)
 
 

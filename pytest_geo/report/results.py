@@ -9,7 +9,7 @@ from typing import Any
 
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
-from pytest_geo.report.stats import confidence_interval, movement
+from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.scoring import Summary, summarize
 
 REPORT_FORMAT_VERSION = 1
@@ -48,11 +48,19 @@ class SuiteResult:
 
 
 def statistics(summary: Summary, scores: Iterable[float], geo: bool) -> dict[str, Any]:
-    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test."""
-    ci = confidence_interval(summary.mean, summary.stderr, summary.n)
-    data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None}
+    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test.
+
+    A suite whose scores are all 0 or 1 scores a proportion, bounded by [0, 1]: its
+    interval is Wilson's, which stays within the bounds (a t interval of 3 rows of 0/1
+    can read [-0.77, 2.10]). GEO rank improvements are unbounded: always t."""
+    values = [float(s) for s in scores]
+    if not geo and is_proportion(values):
+        ci, method = wilson_interval(sum(1 for v in values if v == 1.0), len(values)), "wilson"
+    else:
+        ci, method = confidence_interval(summary.mean, summary.stderr, summary.n), "t"
+    data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None, "ci95_method": method}
     if geo:
-        data.update(movement(scores).as_json())
+        data.update(movement(values).as_json())
     return data
 
 

@@ -1,12 +1,13 @@
 """Statistics for aggregates, without scipy: Student's t quantile (through the regularized
-incomplete beta function), 95% confidence intervals, exact sign tests, row movement and
-paired comparisons."""
+incomplete beta function), 95% confidence intervals (t for means, Wilson for proportions),
+exact sign tests, row movement and paired comparisons."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from pytest_geo.scoring import summarize
@@ -17,9 +18,11 @@ __all__ = [
     "confidence_interval",
     "movement",
     "paired",
+    "is_proportion",
     "sign_test",
     "t_cdf",
     "t_quantile",
+    "wilson_interval",
 ]
 
 _EPS = 3e-16
@@ -92,6 +95,27 @@ def confidence_interval(mean: float, stderr: float, n: int, level: float = 0.95)
         return None
     half = t_quantile((1.0 + level) / 2.0, n - 1) * stderr
     return (mean - half, mean + half)
+
+
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """The Wilson score interval of a proportion: always within [0, 1], and sensible at
+    small n and at 0 or n successes, where mean ± t·stderr leaves [0, 1] or collapses to
+    a point. None when n == 0."""
+    if n <= 0:
+        return None
+    z = NormalDist().inv_cdf((1.0 + level) / 2.0)
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    # exact at the ends (the formula gives 0 and 1 there, up to rounding)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return (low, high)
+
+
+def is_proportion(scores: Sequence[float]) -> bool:
+    """Scores that are all 0 or 1 (bool metrics, pass/fail) make the mean a proportion."""
+    return bool(scores) and all(s in (0.0, 1.0) for s in scores)
 
 
 def _binomial_tail(k: int, n: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
     GEO_METRICS,
     Results,
@@ -21,9 +22,8 @@ def format_geo_line(label: str, summary: Summary) -> str:
 
 def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
     stats = statistics(summary, scores, geo=True)
-    ci = "n/a" if stats["ci95"] is None else "[{:.4f}, {:.4f}]".format(*stats["ci95"])
-    return (f"  ci95={ci} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
-            f"{stats['moved_down']:.2f} sign_test_p={stats['sign_test_p']:.4g}")
+    return (f"  ci95={format_ci(stats['ci95'])} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
+            f"{stats['moved_down']:.2f} sign_test_p={format_p(stats['sign_test_p'])}")
 
 
 def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
@@ -61,7 +61,7 @@ def baseline_lines(results: Results) -> list[str]:
         if c.regression and c.paired is not None:
             lines.append(
                 f"REGRESSION: {c.label} dropped against the baseline "
-                f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})"
+                f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={format_p(c.paired.sign_test_p)})"
             )
     return lines
 

@@ -1,0 +1,205 @@
+// The rows table of a pytest-geo HTML report, built from the JSON in the page.
+// Everything from data goes in with textContent, never innerHTML. Only one page of rows
+// is in the table at a time; a row's transcript is built when it is expanded.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("geo-rows").textContent);
+  var rows = data.rows, decimals = data.decimals, page = data.page;
+  var transcripts = null; // parsed on the first expand: most of the page's bytes
+  var table = document.getElementById("rows-table"), body = table.tBodies[0];
+  var headers = table.tHead.rows[0].cells, columns = headers.length;
+  var errorsOnly = document.getElementById("errors-only");
+  var filter = document.getElementById("row-filter");
+  var shown = document.getElementById("rows-shown");
+  var more = document.getElementById("show-more");
+  var state = { key: null, asc: true, limit: page, view: rows };
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function number(value, places) {
+    return value === null || value === undefined ? "" : Number(value).toFixed(places);
+  }
+
+  // One side of the word diff: the shared words plus this side's own, marked.
+  function diffCell(parts, own, mark) {
+    var td = el("td", "text desc");
+    parts.forEach(function (part) {
+      if (part[0] === 0) td.appendChild(document.createTextNode(part[1]));
+      else if (part[0] === own) td.appendChild(el(mark, null, part[1]));
+    });
+    return td;
+  }
+
+  function rowElement(r) {
+    var tr = el("tr", r.error ? "row error" : "row");
+    tr.setAttribute("data-i", r.i);
+    tr.appendChild(el("td", "num", r.i + 1));
+    tr.appendChild(el("td", "", r.suite));
+    tr.appendChild(el("td", "id", r.id));
+    tr.appendChild(el("td", "text", r.query));
+    if (r.diff) {
+      tr.appendChild(diffCell(r.diff, -1, "del"));
+      tr.appendChild(diffCell(r.diff, 1, "ins"));
+    } else {
+      tr.appendChild(el("td", "text desc", r.original));
+      tr.appendChild(el("td", "text desc", r.rewritten));
+    }
+    ["before", "after", "delta", "score"].forEach(function (key) {
+      tr.appendChild(el("td", "num", number(r[key], decimals[key])));
+    });
+    tr.appendChild(el("td", r.error ? "text bad" : "text", r.feedback));
+    var last = el("td");
+    if (r.calls > 0) {
+      var button = el("button", "toggle", (r.repeats ? r.repeats + " repeats, " : "") + r.calls + " calls");
+      button.type = "button";
+      button.setAttribute("aria-expanded", "false");
+      last.appendChild(button);
+    }
+    tr.appendChild(last);
+    return tr;
+  }
+
+  function callElement(call, strings) {
+    var box = el("details", "call");
+    box.open = true;
+    var label = [call.step, call.role, call.model, "attempt " + call.attempt, call.cached ? "from cache" : "live"];
+    if (call.error) label.push("failed");
+    box.appendChild(el("summary", call.error ? "bad" : "", label.join(" · ")));
+    call.messages.forEach(function (message) {
+      var text = strings[message[1]];
+      if (message[0] === "system") { // long and the same in every call: folded
+        var folded = el("details", "msg");
+        folded.appendChild(el("summary", "role", "system prompt"));
+        folded.appendChild(el("pre", "", text));
+        box.appendChild(folded);
+      } else {
+        var part = el("div", "msg");
+        part.appendChild(el("div", "role", message[0]));
+        part.appendChild(el("pre", "", text));
+        box.appendChild(part);
+      }
+    });
+    var answer = el("div", "msg answer");
+    answer.appendChild(el("div", "role", "answer"));
+    if (call.answer !== null) answer.appendChild(el("pre", "", strings[call.answer]));
+    if (call.error) answer.appendChild(el("pre", "bad", "error: " + call.error));
+    box.appendChild(answer);
+    return box;
+  }
+
+  function transcriptElement(i) {
+    if (transcripts === null) transcripts = JSON.parse(document.getElementById("geo-transcripts").textContent);
+    var entry = transcripts.rows[i], strings = transcripts.strings;
+    var box = el("div", "transcript");
+    if (!entry) {
+      box.appendChild(el("p", "meta", "no model calls recorded for this row"));
+    } else if (entry.repeats) {
+      var t = el("table", "repeats"), head = el("tr");
+      ["repeat", "candidate order", "before", "after", "improvement", "error"].forEach(function (h) {
+        head.appendChild(el("th", "", h));
+      });
+      t.appendChild(el("thead")).appendChild(head);
+      var tb = t.appendChild(el("tbody"));
+      entry.repeats.forEach(function (r) {
+        var tr = el("tr", r.error ? "error" : "");
+        tr.appendChild(el("td", "num", r.repeat));
+        tr.appendChild(el("td", "", r.order.join(", ")));
+        tr.appendChild(el("td", "num", number(r.before, 0)));
+        tr.appendChild(el("td", "num", number(r.after, 0)));
+        tr.appendChild(el("td", "num", number(r.delta, 0)));
+        tr.appendChild(el("td", "bad", r.error || ""));
+        tb.appendChild(tr);
+      });
+      box.appendChild(t);
+      entry.repeats.forEach(function (r) {
+        box.appendChild(el("h4", "", "repeat " + r.repeat));
+        r.calls.forEach(function (call) { box.appendChild(callElement(call, strings)); });
+      });
+    } else {
+      entry.calls.forEach(function (call) { box.appendChild(callElement(call, strings)); });
+    }
+    return box;
+  }
+
+  function toggle(button) {
+    var tr = button.closest("tr"), next = tr.nextElementSibling;
+    if (next && next.classList.contains("detail")) {
+      next.remove();
+      button.setAttribute("aria-expanded", "false");
+      return;
+    }
+    var detail = el("tr", "detail"), td = el("td");
+    td.colSpan = columns;
+    td.appendChild(transcriptElement(Number(tr.getAttribute("data-i"))));
+    detail.appendChild(td);
+    tr.after(detail);
+    button.setAttribute("aria-expanded", "true");
+  }
+
+  function searchText(r) {
+    if (r._text === undefined) {
+      var diff = r.diff ? r.diff.map(function (p) { return p[1]; }).join(" ") : r.original + " " + r.rewritten;
+      r._text = [r.suite, r.id, r.target, r.query, diff, r.feedback].join(" ").toLowerCase();
+    }
+    return r._text;
+  }
+
+  function compare(a, b) {
+    var x = a[state.key], y = b[state.key];
+    var missing = (x === null || x === undefined) - (y === null || y === undefined);
+    if (missing) return missing; // rows without the value last, either way
+    var order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+    return (state.asc ? order : -order) || a.i - b.i;
+  }
+
+  function render() {
+    var fragment = document.createDocumentFragment();
+    state.view.slice(0, state.limit).forEach(function (r) { fragment.appendChild(rowElement(r)); });
+    body.textContent = "";
+    body.appendChild(fragment);
+    var count = Math.min(state.limit, state.view.length);
+    shown.textContent = "showing " + count + " of " + state.view.length + " rows" +
+      (state.view.length !== rows.length ? " (" + rows.length + " in all)" : "");
+    more.hidden = count >= state.view.length;
+  }
+
+  function update() {
+    var query = filter.value.trim().toLowerCase();
+    var view = rows.filter(function (r) {
+      return (!errorsOnly.checked || r.error) && (!query || searchText(r).indexOf(query) >= 0);
+    });
+    if (state.key !== null) view.sort(compare);
+    state.view = view;
+    state.limit = page;
+    render();
+  }
+
+  Array.prototype.forEach.call(headers, function (th) {
+    var key = th.getAttribute("data-key");
+    if (!key) return;
+    th.classList.add("sortable");
+    th.addEventListener("click", function () {
+      state.asc = state.key === key ? !state.asc : true;
+      state.key = key;
+      Array.prototype.forEach.call(headers, function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", state.asc ? "ascending" : "descending");
+      update();
+    });
+  });
+  body.addEventListener("click", function (event) {
+    var button = event.target.closest("button.toggle");
+    if (button) toggle(button);
+  });
+  errorsOnly.addEventListener("change", update);
+  filter.addEventListener("input", update);
+  more.addEventListener("click", function () {
+    state.limit += page;
+    render();
+  });
+  update();
+})();

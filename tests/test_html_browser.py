@@ -1,0 +1,220 @@
+"""The HTML report in a real browser: headless Chromium driven by Playwright.
+
+The reports come from real runs of the plugin (a subprocess per report, once per module).
+Every test fails on a console error or an uncaught exception in the page, which includes
+any attempt to load something (the page's Content-Security-Policy forbids it).
+
+Run them with `python -m pytest -m browser tests`; they are skipped, saying why, where
+Chromium (/usr/bin/chromium, the Debian `chromium` package) or Playwright is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import SMOKE, copy_prompts
+from pytest_geo.report.html import write_html_report
+
+pytestmark = pytest.mark.browser
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[test]')")
+
+CHROMIUM = os.environ.get("GEO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+HOSTILE = {"query_id": "x1", "query": "red <b>trail</b> shoes", "target_id": "c", "candidates": [
+    {"id": "a", "title": "Blue sandal", "description": "A blue sandal."},
+    {"id": "c", "title": "<b>Trail</b>", "description": "</td><script>window.pwned=1</script>&amp; 280 g."}]}
+BROKEN = {"query_id": "zz", "query": "broken kettle", "target_id": "k1", "candidates": [
+    {"id": "k1", "title": "Kettle", "description": "Steel, 1.7 litres."},
+    {"id": "k2", "title": "Pot", "description": "A pot."}]}
+CONFTEST = '''
+from pytest_geo.llm.base import ModelError
+from pytest_geo.llm.mock import MockClient
+
+class OneBroken(MockClient):
+    async def complete(self, request):
+        if request.role == "rewriter" and request.context["query"].startswith("broken"):
+            raise ModelError("the server said no")
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return OneBroken()
+'''
+
+
+def run_plugin(directory: Path, report: str, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEO_EVAL_MOCK", "PYTEST_ADDOPTS")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "rows.jsonl",
+                           "--geo-html", f"{report}.html", "--geo-report", f"{report}.json", *args],
+                          cwd=directory, env=env, check=False, capture_output=True, text=True, timeout=120)
+    assert (directory / f"{report}.html").is_file(), done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """report.html/.json (one row errs, one is hostile) and repeats.html/.json (2 repeats)."""
+    directory = tmp_path_factory.mktemp("browser-report")
+    copy_prompts(directory / "prompts")
+    lines = SMOKE.read_text(encoding="utf-8").splitlines()[:4] + [json.dumps(HOSTILE), json.dumps(BROKEN)]
+    (directory / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (directory / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    run_plugin(directory, "report")
+    run_plugin(directory, "repeats", "--geo-repeats", "2")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A page that fails the test on any console error, page error or dialog."""
+    problems: list[str] = []
+    page = browser.new_page()
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    yield page
+    page.close()
+    assert problems == []
+
+
+def open_report(page: Any, path: Path) -> None:
+    page.goto(path.as_uri())
+    page.wait_for_selector("#rows-table tbody tr")
+
+
+def column(page: Any, index: int) -> list[str]:
+    return [t.strip() for t in page.locator(f"#rows-table tbody tr.row td:nth-child({index})").all_inner_texts()]
+
+
+def report_rows(directory: Path, name: str = "report.json") -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads((directory / name).read_text(encoding="utf-8"))["rows"]
+    return rows
+
+
+def test_rows_show_query_and_both_descriptions_with_the_changed_words_marked(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    rows = report_rows(reports)
+    first = page.locator("#rows-table tbody tr.row").first
+    cells = first.locator("td")
+    assert cells.nth(3).inner_text() == rows[0]["query"]
+    assert cells.nth(4).text_content() == rows[0]["original_description"]
+    assert cells.nth(5).text_content() == rows[0]["rewritten_description"]
+    # the mock rewriter puts its signal in front: marked as added, nothing removed
+    assert first.locator("ins").all_text_contents() == ["Top match for your search. "]
+    assert first.locator("del").count() == 0
+    assert [cells.nth(i).inner_text() for i in (6, 7, 8)] == ["3", "1", "2"]
+    assert cells.nth(10).inner_text() == rows[0]["feedback"]
+
+
+def test_hostile_text_is_shown_as_text_never_run(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    hostile = page.locator("#rows-table tbody tr.row", has_text="red <b>trail</b> shoes")
+    assert hostile.count() == 1
+    assert "</td><script>window.pwned=1</script>&amp; 280 g." in hostile.locator("td").nth(4).text_content()
+    assert hostile.locator("b, script").count() == 0
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("script").count() == 3  # the two data blocks and the viewer
+
+
+def test_sorting_by_clicking_a_column_header(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    queries = [r["query"] for r in report_rows(reports)]
+    header = page.locator("#rows-table th", has_text="query / input")
+    header.click()
+    assert header.get_attribute("aria-sort") == "ascending"
+    assert column(page, 4) == sorted(queries, key=str.lower)
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    assert column(page, 4) == sorted(queries, key=str.lower, reverse=True)
+    improvement = page.locator("#rows-table th", has_text="improvement")
+    improvement.click()
+    improvement.click()  # descending: the errored row, with no rank, stays last
+    values = column(page, 9)
+    assert values[-1] == "" and values[:-1] == sorted(values[:-1], key=float, reverse=True)
+
+
+def test_a_rows_transcript_is_built_on_expand(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    assert page.locator(".transcript").count() == 0  # nothing rendered before it is asked for
+    row = report_rows(reports)[0]
+    toggle = page.locator("#rows-table tbody tr.row").first.locator("button.toggle")
+    assert toggle.inner_text() == "3 calls"
+    toggle.click()
+    assert toggle.get_attribute("aria-expanded") == "true"
+    calls = page.locator(".transcript details.call")
+    assert calls.count() == 3
+    summaries = calls.locator("> summary").all_inner_texts()
+    assert [s.split(" · ")[0] for s in summaries] == ["rank_before", "rewrite", "rank_after"]
+    for i, call in enumerate(row["calls"]):
+        shown = calls.nth(i)
+        assert shown.locator(".answer pre").text_content() == call["answer"]
+        assert shown.locator("div.msg pre").first.text_content() == call["messages"][1]["content"]
+        assert shown.locator("details.msg pre").text_content() == call["messages"][0]["content"]
+    toggle.click()
+    assert page.locator(".transcript").count() == 0
+
+
+def test_errored_rows_stand_out_and_filter(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    assert page.locator("#rows-table tbody tr.row").count() == 6
+    assert page.locator("#rows-table tbody tr.row.error").count() == 1
+    page.locator("#errors-only").check()
+    shown = page.locator("#rows-table tbody tr.row")
+    assert shown.count() == 1 and "the server said no" in shown.locator("td").nth(10).inner_text()
+    assert page.locator("#rows-shown").inner_text() == "showing 1 of 1 rows (6 in all)"
+    shown.locator("button.toggle").click()
+    failed = page.locator(".transcript details.call", has_text="failed")
+    assert failed.count() == 1 and "error: the server said no" in failed.locator(".answer").inner_text()
+    page.locator("#errors-only").uncheck()
+    assert page.locator("#rows-table tbody tr.row").count() == 6
+    page.locator("#row-filter").fill("vacuum")
+    assert page.locator("#rows-table tbody tr.row").count() == 1
+
+
+def test_repeats_show_each_order_and_ranks(page: Any, reports: Path) -> None:
+    open_report(page, reports / "repeats.html")
+    row = report_rows(reports, "repeats.json")[0]
+    toggle = page.locator("#rows-table tbody tr.row").first.locator("button.toggle")
+    assert toggle.inner_text() == "2 repeats, 6 calls"
+    toggle.click()
+    table = page.locator(".transcript table.repeats tbody tr")
+    assert table.count() == 2
+    for i, repeat in enumerate(row["repeats"]):
+        cells = table.nth(i).locator("td").all_inner_texts()
+        assert cells[:5] == [str(i), ", ".join(repeat["order"]), str(repeat["rank_before"]),
+                             str(repeat["rank_after"]), str(repeat["rank_improvement"])]
+    assert page.locator(".transcript details.call").count() == 6
+
+
+def test_a_long_report_shows_a_page_of_rows_at_a_time(page: Any, tmp_path: Path, reports: Path) -> None:
+    report = json.loads((reports / "report.json").read_text(encoding="utf-8"))
+    template = report["rows"][0]
+    report["rows"] = [{**template, "nodeid": f"rows.jsonl::r{i}", "query": f"query {i}"} for i in range(450)]
+    write_html_report(tmp_path / "long.html", report)
+    open_report(page, tmp_path / "long.html")
+    assert page.locator("#rows-table tbody tr.row").count() == 200
+    page.locator("#show-more").click()
+    assert page.locator("#rows-table tbody tr.row").count() == 400
+    page.locator("#show-more").click()
+    assert page.locator("#rows-table tbody tr.row").count() == 450
+    assert page.locator("#show-more").is_hidden()

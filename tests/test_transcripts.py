@@ -1,0 +1,97 @@
+"""Each GEO row keeps its transcript: every model call's rendered messages and raw answer,
+in experiment order, from the engine through xdist into the JSON report; never the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import answer_for
+from test_reporting import read, validate
+
+from conftest import DUMMY_KEY, GeoProject
+from pytest_geo.templates import render
+
+STEPS = ["rank_before", "rewrite", "rank_after"]
+
+
+def prompt(project: Path, name: str) -> str:
+    return (project / "prompts" / name).read_text(encoding="utf-8")
+
+
+def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.server.faults.extend(["bad_ranking"])  # the first ranking is re-asked
+    served_project.run(dataset, "--geo-concurrency", "1", "--geo-report", "first.json").assert_outcomes(passed=2)
+    first = read(served_project.pytester, "first.json")
+    validate(first)
+    rows = first["rows"]
+    sent = [r["body"] for r in served_project.server.requests]
+    calls = [c for r in rows for c in r["calls"]]
+    assert len(calls) == len(sent) == 7  # 3 per row, one re-ask
+    for row in rows:
+        assert row["query"].startswith("red kettle number") and row["original_description"] == "steel, 1.7 litres"
+        steps = [c["step"] for c in row["calls"] if c["attempt"] == 0]
+        assert steps == STEPS
+        for call in row["calls"]:
+            assert call["cached"] is False and "error" not in call
+            # the answer is what the server said to exactly these messages
+            assert any(call["messages"] == body["messages"] for body in sent)
+            assert call["answer"] == answer_for({"messages": call["messages"]},
+                                                 "bad_ranking" if call["attempt"] == 0 and row is rows[0]
+                                                 and call["step"] == "rank_before" else None)
+        rewrite = next(c for c in row["calls"] if c["step"] == "rewrite")
+        assert rewrite["role"] == "rewriter" and rewrite["model"]
+        assert rewrite["messages"][0] == {"role": "system",
+                                          "content": prompt(served_project.pytester.path, "rewriter_system.txt")}
+        assert "{{" not in rewrite["messages"][1]["content"] and "steel, 1.7 litres" in rewrite["messages"][1]["content"]
+        after = next(c for c in row["calls"] if c["step"] == "rank_after")
+        assert row["rewritten_description"] in after["messages"][1]["content"]
+    reasked = [c for c in rows[0]["calls"] if c["step"] == "rank_before"]
+    assert [c["attempt"] for c in reasked] == [0, 1]
+    assert reasked[1]["messages"][2] == {"role": "assistant", "content": reasked[0]["answer"]}
+    assert "could not be used" in reasked[1]["messages"][3]["content"]
+
+    served_project.run(dataset, "--geo-report", "second.json").assert_outcomes(passed=2)
+    second = read(served_project.pytester, "second.json")
+    again = [c for r in second["rows"] for c in r["calls"]]
+    assert len(again) == 7 and all(c["cached"] for c in again)  # the bad answer too: the re-ask is replayed
+    good = {json.dumps(c["messages"]): c["answer"] for c in calls}
+    assert all(good[json.dumps(c["messages"])] == c["answer"] for c in again)
+    text = (served_project.pytester.path / "first.json").read_text() + json.dumps(second)
+    assert DUMMY_KEY not in text
+
+
+def test_a_failed_call_is_kept_with_its_error_and_no_key(served_project: GeoProject) -> None:
+    served_project.server.always = "401"
+    result = served_project.run(str(served_project.dataset(1)), "--geo-report", "r.json")
+    result.assert_outcomes(failed=1)
+    report = read(served_project.pytester, "r.json")
+    validate(report)
+    (row,) = report["rows"]
+    failed = [c for c in row["calls"] if "error" in c]
+    assert failed and all(c["answer"] is None for c in failed)
+    assert row["error"] in {c["error"] for c in failed}
+    assert DUMMY_KEY not in (served_project.pytester.path / "r.json").read_text()
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_calls_reach_the_report_under_xdist_and_per_repeat(geo_project: pytest.Pytester, workers: str) -> None:
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "-n", workers, "--geo-repeats", "2",
+                                   "--geo-report", "r.json")
+    result.assert_outcomes(passed=8)
+    report: dict[str, Any] = read(geo_project, "r.json")
+    validate(report)
+    system = render(prompt(geo_project.path, "ranker_system.txt"), {})
+    for row in report["rows"]:
+        assert "calls" not in row  # with repeats, each repeat keeps its own
+        for repeat in row["repeats"]:
+            assert [c["step"] for c in repeat["calls"]] == STEPS
+            ranking = repeat["calls"][0]
+            assert ranking["messages"][0]["content"].split("{{")[0] == system.split("{{")[0]
+            # the ranker saw this repeat's order
+            ids = [json.loads(line)["id"] for line in ranking["messages"][1]["content"].splitlines()
+                   if line.startswith('{"id"')]
+            assert not ids or ids == repeat["order"]
