@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
@@ -45,6 +45,15 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
+        # While set, each request waits (up to `hold_seconds`) until this many have been in
+        # flight at once: a test of concurrency then passes on a slow machine as well as a
+        # fast one, and fails (slowly) only when the client never sends that many at once.
+        self.hold_until = 0
+        # Requests this returns True for wait `hold_seconds` (or until `released` is set).
+        self.holds: Callable[[dict[str, Any]], bool] | None = None
+        self.released = threading.Event()
+        self.hold_seconds = 10.0
+        self.in_flight_grew = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
 
     @property
@@ -66,6 +75,8 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.faults.clear()
             self.always = None
             self.max_in_flight = 0
+            self.hold_until = 0
+            self.holds = None
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -84,6 +95,11 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.requests.append({"body": body, "headers": headers})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.in_flight_grew.notify_all()
+
+    def _hold(self) -> None:
+        with self.in_flight_grew:
+            self.in_flight_grew.wait_for(lambda: self.max_in_flight >= self.hold_until, timeout=self.hold_seconds)
 
     def _leave(self) -> None:
         with self.lock:
@@ -149,6 +165,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             fault = server._next_fault()
             fault = None if fault == "ok" else fault
+            if server.hold_until:
+                server._hold()
+            if server.holds is not None and server.holds(body):
+                server.released.wait(server.hold_seconds)
             if server.latency:
                 time.sleep(server.latency)
             if fault == "drop":

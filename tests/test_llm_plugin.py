@@ -122,10 +122,19 @@ def test_malformed_content_then_a_good_answer_passes(served_project: GeoProject)
 
 
 def test_exitfirst_cancels_outstanding_work(served_project: GeoProject) -> None:
+    # Row r0 fails at once (3 bad rankings); every other row's requests are held by the
+    # server, so whatever timing the machine gives, those rows are still waiting when -x
+    # stops the run. Cancelled, they send nothing more; left running, they would be
+    # released after 10 s and send their re-asks (40 rows would make 40 * 4).
     served_project.server.always = "bad_ranking"
+    served_project.server.holds = lambda body: "red kettle number 0" not in json.dumps(body)
+    served_project.server.hold_seconds = 10
     result = served_project.run(str(served_project.dataset(40)), "-x", "--geo-concurrency", "2")
     result.assert_outcomes(failed=1)
-    assert len(served_project.server.requests) < 20, len(served_project.server.requests)  # 40 rows would make 40 * 7
+    # r0's 3 rankings and its rewrite; then at most 2 more rows started, each holding its
+    # first ranking and rewrite.
+    assert len(served_project.server.requests) <= 4 + 2 * 2, len(served_project.server.requests)
+    served_project.server.released.set()
 
 
 def test_deselected_rows_make_no_calls(served_project: GeoProject) -> None:

@@ -66,6 +66,7 @@ def test_workers_run_queued_rows_concurrently(served_project: GeoProject) -> Non
     assert requests_per_row(served_project) == {i: 3 for i in range(n)}
     served_project.server.reset()
     served_project.server.latency = 0.1
+    served_project.server.hold_until = 9  # requests wait for more than nextitem alone could send
     result = run(served_project, dataset, "spread", "-n", "2", "--geo-concurrency", "6")
     result.assert_outcomes(passed=n)
     result.stdout.fnmatch_lines(["*2 workers*"])
@@ -77,6 +78,7 @@ def test_workers_run_queued_rows_concurrently(served_project: GeoProject) -> Non
 def test_the_issue_case_more_than_two_requests_per_worker(served_project: GeoProject) -> None:
     # The issue's numbers: without lookahead 2 workers x 2 requests was the most.
     served_project.server.latency = 0.1
+    served_project.server.hold_until = 5  # requests wait for more than 2 workers x 2 requests
     result = run(served_project, served_project.dataset(16), "spread", "-n", "2", "--geo-concurrency", "4")
     result.assert_outcomes(passed=16)
     assert 4 < served_project.server.max_in_flight <= 2 * 2 * 4
