@@ -19,8 +19,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
