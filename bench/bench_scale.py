@@ -95,7 +95,7 @@ def main() -> int:
         for d in (geo_dir, bare_dir):
             d.mkdir()
             (d / "pytest.ini").write_text("[pytest]\n")
-        shutil.copytree(REPO / "prompts", geo_dir / "prompts")
+        shutil.copytree(REPO / "pytest_geo" / "prompts", geo_dir / "prompts")
         (bare_dir / "conftest.py").write_text(BARE_CONFTEST)
         print(f"{'rows':>6} {'geo s':>7} {'bare s':>7} {'geo us/row':>11} {'bare us/row':>12} {'ratio':>6} "
               f"{'geo MB':>7} {'bare MB':>8}")

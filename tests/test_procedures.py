@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SUITES = '''
 from pathlib import Path
@@ -44,14 +41,6 @@ def test_a_prompt_procedure_needs_no_egeo_prompts_directory(pytester: pytest.Pyt
     result = pytester.runpytest("--geo-mock")
     result.assert_outcomes(passed=2)
     assert result.stdout.lines[-2] == "- headline::same: 0.5000 | said 'green pan'; said 'grey pot'"
-
-
-def test_geo_rows_without_a_prompts_directory_stop_the_run_at_start(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\n")
-    shutil.copy(ROOT / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
-    result = pytester.runpytest("smoke.jsonl", "--geo-mock")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *prompts*not found*"])
 
 
 def test_a_suite_scores_a_prompt_procedure_through_the_runs_client(geo_project: pytest.Pytester) -> None:

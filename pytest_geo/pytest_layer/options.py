@@ -28,6 +28,7 @@ from pytest_geo.settings import (
     ROLES,
     Settings,
     build_settings,
+    find_prompts_dir,
 )
 
 # Settings field -> (option dest, ini name, parser): the command line wins, then the ini file.
@@ -51,7 +52,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"use the deterministic offline mock model for every role; no network, "
                          f"no key (env: {MOCK_ENV}=1).")
     group.addoption("--geo-prompts", metavar="DIR", default=None,
-                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts).")
+                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts, "
+                         "else ./prompts, else the defaults shipped with pytest-geo).")
     group.addoption("--geo-seed", type=any_int, default=None, metavar="N",
                     help=f"seed for choosing a missing target_id (ini: geo_seed; default: {DEFAULT_SEED}).")
     group.addoption("--geo-report", metavar="PATH", default=None,
@@ -137,11 +139,12 @@ def settings_from_config(config: pytest.Config) -> Settings:
 
 
 def prompts_dir(config: pytest.Config) -> Path:
-    named = config.getoption("geo_prompts")
-    if named:
-        return Path(named).resolve()
-    ini = str(config.getini("geo_prompts")).strip()
-    return config.rootpath / (ini or "prompts")
+    return find_prompts_dir(
+        config.getoption("geo_prompts"),
+        str(config.getini("geo_prompts")).strip() or None,
+        config.rootpath,
+        config.invocation_params.dir,
+    )
 
 
 def dataset_paths(config: pytest.Config) -> list[Path]:
