@@ -47,7 +47,9 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
     group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
-                    help="GEO JSONL dataset to evaluate; repeatable (ini: geo_datasets).")
+                    help="GEO JSONL dataset to evaluate; repeatable. Without positional arguments the run is "
+                         "the named datasets (testpaths are not collected); the project's rootdir, prompts and "
+                         "cache are kept for a dataset anywhere (ini: geo_datasets, added to any run).")
     group.addoption("--geo-mock", action="store_true", default=False,
                     help=f"use the deterministic offline mock model for every role; no network, "
                          f"no key (env: {MOCK_ENV}=1).")
