@@ -44,7 +44,7 @@ def rows(n: int, directory: Path) -> list[GeoRow]:
 
 
 def run(url: str, batch: list[GeoRow], concurrency: int) -> float:
-    settings = Settings(prompts_dir=REPO / "prompts", base_url=url, concurrency=concurrency, use_cache=False)
+    settings = Settings(prompts_dir=REPO / "pytest_geo" / "prompts", base_url=url, concurrency=concurrency, use_cache=False)
     session = GeoSession(settings)
     try:
         start = time.perf_counter()

@@ -115,7 +115,7 @@ def main() -> int:
             (d / "pytest.ini").write_text("[pytest]\n")
             write_rows(d / "rows.jsonl", args.rows)
         for name in ("noop", "mock"):
-            shutil.copytree(REPO / "prompts", dirs[name] / "prompts")
+            shutil.copytree(REPO / "pytest_geo" / "prompts", dirs[name] / "prompts")
         (dirs["bare"] / "conftest.py").write_text(BARE_CONFTEST)
         (dirs["noop"] / "conftest.py").write_text(NOOP_CONFTEST)
         command = {

@@ -137,7 +137,7 @@ def run(url: str, rows: int, concurrency: int, nextitem_only: bool, plugin_dir: 
     """One fresh project, one `pytest -n 2` run; its wall time. In (b), checks that every
     worker had its queue reader replaced and called."""
     project = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
-    shutil.copytree(REPO / "prompts", project / "prompts")
+    shutil.copytree(REPO / "pytest_geo" / "prompts", project / "prompts")
     (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     dataset(rows, project / "bench.jsonl")
     records = project / "records"

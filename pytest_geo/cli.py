@@ -1,4 +1,5 @@
-"""The `egeo` command: `evaluate` (the E-GEO harness's output) and `optimize-prompts`."""
+"""The `egeo` command: `evaluate` (the E-GEO harness's output), `optimize-prompts`, and
+`init` (a starter project). `python -m pytest_geo` runs it too, as the harness ran as a script."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from pathlib import Path
 
 from pytest_geo.data.dataset import DatasetError, iter_dataset, row_names, split_lines
 from pytest_geo.data.record import geo_record, problem_record
+from pytest_geo.engine.experiment import GeoOutcome
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
-from pytest_geo.options import any_int, positive_int
+from pytest_geo.options import any_int, positive_int, temperature
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
@@ -26,6 +28,7 @@ from pytest_geo.settings import (
     ROLES,
     Settings,
     build_settings,
+    find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
 
@@ -37,9 +40,16 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         "--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)"
     )
     parser.add_argument(
-        "--prompts", type=Path, default=Path("prompts"), metavar="DIR", help="prompts directory (default: prompts)"
+        "--prompts",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="prompts directory (default: ./prompts, else the defaults shipped with pytest-geo)",
     )
     parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
+    parser.add_argument(
+        "--temperature", type=temperature, default=None, metavar="T", help="sampling temperature (default: 0)"
+    )
     parser.add_argument(
         "--concurrency",
         type=positive_int,
@@ -100,8 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="most row evaluations (one candidate on one row) in the search",
     )
     optimize.add_argument("--apply", action="store_true", help="also replace rewriter_user.txt with the best candidate")
-    optimize.add_argument("--optimizer-model", default=None, metavar="M", help="meta-optimizer model (env: META_MODEL)")
+    optimize.add_argument(
+        "--meta-model",
+        "--optimizer-model",
+        dest="optimizer_model",
+        default=None,
+        metavar="M",
+        help="meta-optimizer model (env: META_MODEL)",
+    )
     _common(optimize, seed_help="seed for the search and for missing target_ids")
+    init = commands.add_parser(
+        "init", help="write a starter project: prompts/, an example dataset and suite, and pytest.ini"
+    )
+    init.add_argument("directory", type=Path, nargs="?", default=Path("."), metavar="DIR",
+                      help="where to write it (default: the current directory)")
     return parser
 
 
@@ -112,7 +134,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     given = {
         "mock": args.mock,
         "seed": args.seed,
-        "prompts_dir": args.prompts,
+        "prompts_dir": find_prompts_dir(args.prompts),
+        "temperature": args.temperature,
         "concurrency": args.concurrency,
         "base_url": args.base_url,
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
@@ -146,14 +169,38 @@ def evaluate(args: argparse.Namespace) -> int:
         if outcome.error is not None:
             print(f"{dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
         if args.verbose:
-            shown: dict[str, object] = dict(record)
-            print(json.dumps({k: shown[k] for k in VERBOSE_FIELDS}))
+            print(json.dumps(verbose_line(outcome)))
     for problem in problems:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{names[problem.line]}"))
     for line in fact_lines(results):
         print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
     print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
     return 1 if results.problems or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
+
+
+def verbose_line(outcome: GeoOutcome) -> dict[str, object]:
+    """A row as the E-GEO harness prints it: a missing query_id is "", rank_improvement a
+    float (null only for a row whose experiment failed)."""
+    record: dict[str, object] = dict(outcome.record())
+    improvement = outcome.rank_improvement
+    return {
+        **{k: record[k] for k in VERBOSE_FIELDS},
+        "query_id": outcome.query_id or "",
+        "rank_improvement": float(improvement) if improvement is not None else None,
+    }
+
+
+def init(args: argparse.Namespace) -> int:
+    from pytest_geo.starter import write_starter
+
+    written, skipped, notes = write_starter(args.directory)
+    for path in written:
+        print(f"wrote {path}")
+    for path in skipped:
+        print(f"skipped {path} (exists)")
+    for note in notes:
+        print(note)
+    return 0
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
@@ -174,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return evaluate(args)
         if args.command == "optimize-prompts":
             return optimize_prompts(args)
+        if args.command == "init":
+            return init(args)
     except (DatasetError, PromptError, ClientSetupError, OptimizeError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2

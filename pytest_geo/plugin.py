@@ -16,6 +16,7 @@ from pytest_geo.pytest_layer.collect import (
     SuiteCollector,
     SuiteFile,
 )
+from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoRowItem
 from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead
 from pytest_geo.pytest_layer.options import (
@@ -40,6 +41,7 @@ from pytest_geo.pytest_layer.summary import terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, load_baseline
 from pytest_geo.report.junit import junit_properties
 from pytest_geo.report.results import Results
+from pytest_geo.settings import describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -51,6 +53,15 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Before conftests load and the command line is parsed for good: keep the project's
+    rootdir when `--geo-dataset PATH` moved it, and make `--geo-dataset` without positional
+    arguments the run's arguments (invocation.py says why and how)."""
+    restore_project_setup(early_config, args)
+    datasets_as_args(early_config, args)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,18 +95,20 @@ def _load_baseline(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if not config.stash[DATASETS]:
+    """Which model, prompts and seed GEO rows use: for named datasets and for .jsonl
+    paths given as arguments."""
+    if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
         return None
     settings = settings_of(config)
     model = "mock" if settings.mock else f"ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}"
-    return f"geo: model {model}, prompts {settings.prompts_dir}, seed {settings.seed}"
+    return f"geo: model {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     config = parent.config
     if file_path.suffix == ".jsonl":
         if file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path):
-            return GeoDatasetFile.from_parent(parent, path=file_path)
+            return GeoDatasetFile.for_path(parent, file_path)
         return None
     if any(file_path.match(pattern) for pattern in config.getini("geo_suite_files")):
         return SuiteFile.from_parent(parent, path=file_path)

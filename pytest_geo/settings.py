@@ -11,7 +11,7 @@ from typing import Any
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
-DEFAULT_SEED = 1234
+DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
 DEFAULT_CONCURRENCY = 16
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_RETRIES = 4
@@ -23,6 +23,9 @@ SPLITS = ("test", "train", "all")
 # the plugin, to the working directory for `egeo`), so the two share answers.
 PYTEST_CACHE = Path(".pytest_cache")
 DEFAULT_CACHE_DIR = PYTEST_CACHE / "d" / "geo"
+# The E-GEO prompts shipped with the package: the one copy of the default prompt text.
+PACKAGED_PROMPTS = Path(__file__).resolve().with_name("prompts")
+PROMPTS_DIRNAME = "prompts"
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -38,13 +41,45 @@ def default_model(role: str) -> str:
     return os.environ.get(MODEL_ENV[role]) or DEFAULT_MODELS[role]
 
 
+def find_prompts_dir(
+    named: Path | str | None = None,
+    ini: str | None = None,
+    rootdir: Path | None = None,
+    invocation_dir: Path | None = None,
+) -> Path:
+    """The prompts directory a run uses, in this order: the one named on the command line
+    (relative to the invocation directory), the ini value (relative to the rootdir),
+    `<rootdir>/prompts`, `<invocation dir>/prompts`, then the packaged defaults. A
+    directory the user named is returned even if missing (loading it then says so): a
+    typo must never fall back to other prompts silently. The plugin and `egeo` both
+    look here (egeo has no ini and no rootdir)."""
+    here = invocation_dir or Path.cwd()
+    if named:
+        return (here / named).resolve()
+    if ini and rootdir is not None:
+        return (rootdir / ini).resolve()
+    for base in (rootdir, here):
+        if base is not None and (base / PROMPTS_DIRNAME).is_dir():
+            return (base / PROMPTS_DIRNAME).resolve()
+    return PACKAGED_PROMPTS
+
+
+def is_packaged(prompts_dir: Path) -> bool:
+    return prompts_dir.resolve() == PACKAGED_PROMPTS
+
+
+def describe_prompts(prompts_dir: Path) -> str:
+    """For header lines: the path, and whether it is the packaged defaults."""
+    return f"{prompts_dir} (packaged defaults)" if is_packaged(prompts_dir) else str(prompts_dir)
+
+
 @dataclass
 class Settings:
     """Everything a run needs to build its model client and engine."""
 
     mock: bool = False
     seed: int = DEFAULT_SEED
-    prompts_dir: Path = Path("prompts")
+    prompts_dir: Path = field(default_factory=find_prompts_dir)
     models: dict[str, str] = field(default_factory=lambda: {r: default_model(r) for r in ROLES})
     temperature: float = 0.0
     base_url: str | None = None

@@ -13,7 +13,7 @@ import pytest
 from fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parent.parent
-PROMPTS = REPO / "prompts"
+PROMPTS = REPO / "pytest_geo" / "prompts"
 SMOKE = REPO / "eval" / "datasets" / "geo_smoke.jsonl"
 
 PROMPT_FILES = ("ranker_system.txt", "ranker_user.txt", "rewriter_system.txt", "rewriter_user.txt",

@@ -125,7 +125,30 @@ def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
     return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
 
 
+BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)
+
+
 def _candidates(text: str) -> list[dict[str, Any]]:
+    """The candidates in a ranker prompt: a JSON array ({{candidates_json}}), JSON lines
+    ({{candidates_jsonl}}) or the E-GEO harness's blocks ({{candidates}})."""
+    blocks = [{"id": m[1], "title": m[2], "description": "\n".join(line[2:] for line in m[3].splitlines())}
+              for m in BLOCK.finditer(text)]
+    if blocks:
+        return blocks
+    lines = [_object(line) for line in text.splitlines()]
+    listed = [line for line in lines if line is not None and "id" in line]
+    return listed or _json_array(text)
+
+
+def _object(line: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _json_array(text: str) -> list[dict[str, Any]]:
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\[", text):
         try:

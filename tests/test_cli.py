@@ -14,7 +14,7 @@ from pytest_geo.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "eval" / "datasets" / "geo_smoke.jsonl"
-PROMPTS = REPO / "prompts"
+PROMPTS = REPO / "pytest_geo" / "prompts"
 
 
 def test_mock_smoke_prints_the_seed_metrics(capsys: pytest.CaptureFixture[str]) -> None:

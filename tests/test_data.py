@@ -11,7 +11,6 @@ from pathlib import Path
 from pytest_geo.data.dataset import (
     GeoRow,
     RowProblem,
-    choose_target,
     read_dataset,
     row_names,
 )
@@ -19,12 +18,13 @@ from pytest_geo.data.dataset import (
 CANDS = [{"id": i, "title": i, "description": i} for i in ("a", "b", "c", "d", "e")]
 
 
-def test_target_choice_is_the_same_in_every_process() -> None:
-    ids = [c["id"] for c in CANDS]
-    here = [choose_target(7, f"query {i}", ids) for i in range(20)]
+def test_target_choice_is_the_same_in_every_process(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"query": f"query {i}", "candidates": CANDS}) + "\n" for i in range(20)))
+    here = [line.target_id for line in read_dataset(path, 7) if isinstance(line, GeoRow)]
     code = (
-        "from pytest_geo.data.dataset import choose_target;"
-        f"print(','.join(choose_target(7, f'query {{i}}', {ids!r}) for i in range(20)))"
+        "from pytest_geo.data.dataset import read_dataset;"
+        f"print(','.join(r.target_id for r in read_dataset({str(path)!r}, 7)))"
     )
     for hashseed in ("1", "2"):
         out = subprocess.run(

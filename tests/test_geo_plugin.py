@@ -264,8 +264,11 @@ def test_bad_option_values_are_usage_errors(geo_project: pytest.Pytester) -> Non
 
 def test_prompts_directory_from_ini(geo_project: pytest.Pytester) -> None:
     (geo_project.path / "prompts").rename(geo_project.path / "my_prompts")
+    geo_project.makeini("[pytest]\ngeo_prompts = my_prompts\n")
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines([f"geo: model mock, prompts {geo_project.path / 'my_prompts'}, seed 7"])
+    geo_project.makeini("[pytest]\ngeo_prompts = missing\n")  # named, so never replaced by the defaults
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *prompts: prompts directory not found"])
-    geo_project.makeini("[pytest]\ngeo_prompts = my_prompts\n")
-    geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
+    result.stderr.fnmatch_lines(["ERROR: *missing: prompts directory not found"])

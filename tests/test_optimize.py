@@ -19,7 +19,7 @@ from conftest import copy_prompts
 from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
-from pytest_geo.llm.mock import SIGNAL, MockClient
+from pytest_geo.llm.mock import INSTRUCTIONS, SIGNAL, MockClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "eval" / "datasets" / "geo_smoke.jsonl"
@@ -78,6 +78,19 @@ class Recording(MockClient):
         return sum(1 for r in self.requests if r.role == role)
 
 
+class Improving(Recording):
+    """The mock, except that its rewriter adds the ranking signal only when the template
+    holds one of the mock optimizer's instructions: the current prompt scores 0 and the
+    first proposal is strictly better."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        template = str(request.context.get("template", ""))
+        if request.role == "rewriter" and not any(i in template for i in INSTRUCTIONS):
+            self.requests.append(request)
+            return ChatResponse(json.dumps({"rewritten_description": request.context["description"]}))
+        return await super().complete(request)
+
+
 def run(monkeypatch: pytest.MonkeyPatch, project: Project, *extra: str, client: Recording | None = None) -> tuple[int, Recording]:
     client = client or Recording()
     monkeypatch.setattr(factory, "build_client", lambda settings: client)
@@ -90,15 +103,17 @@ def files(directory: Path) -> dict[str, bytes]:
 
 def test_default_writes_a_candidate_and_leaves_the_working_prompt(project, monkeypatch, capsys):
     before = project.working.read_bytes()
-    code, _ = run(monkeypatch, project, "--iters", "2")
+    code, _ = run(monkeypatch, project, "--iters", "2", client=Improving())
     out = capsys.readouterr().out
     assert code == 0
     assert project.working.read_bytes() == before
     candidate = project.candidate.read_text(encoding="utf-8")
-    assert candidate != before.decode()  # the mock's proposals were kept (they tie on validation)
+    assert candidate != before.decode()
     assert "{{title}}" in candidate and "{{description}}" in candidate
-    assert "candidate 0 (current prompt): validation avg_rank_improvement=2.0000" in out
-    assert "candidate 2 (proposal 2)" in out and "best so far: candidate 2" in out
+    assert "candidate 0 (current prompt): validation avg_rank_improvement=0.0000" in out
+    assert "candidate 1 (proposal 1): validation avg_rank_improvement=2.0000" in out
+    # the second proposal ties the first: strictly better or it does not replace it
+    assert "candidate 2 (proposal 2)" in out and "best so far: candidate 1" in out
     assert "model calls: " in out and "unchanged" in out
 
 
@@ -111,9 +126,10 @@ def test_apply_replaces_the_working_prompt_by_renaming_a_temporary_file(project,
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", spy)
-    code, _ = run(monkeypatch, project, "--iters", "2", "--apply")
+    before = project.working.read_bytes()
+    code, _ = run(monkeypatch, project, "--iters", "2", "--apply", client=Improving())
     assert code == 0
-    assert project.working.read_bytes() == project.candidate.read_bytes()
+    assert project.working.read_bytes() == project.candidate.read_bytes() != before
     into_working = [src for src, dst in renames if dst == project.working]
     assert len(into_working) == 1 and into_working[0].parent == project.prompts
     assert not [p for p in project.prompts.iterdir() if p.name.endswith(".tmp")]
@@ -151,7 +167,7 @@ def test_the_same_seed_proposes_the_same_candidate(tmp_path, monkeypatch):
     candidates = []
     for name, seed in (("a", "7"), ("b", "7"), ("c", "8")):
         project = make_project(tmp_path / name)
-        code, _ = run(monkeypatch, project, "--iters", "3", "--seed", seed)
+        code, _ = run(monkeypatch, project, "--iters", "3", "--seed", seed, client=Improving())
         assert code == 0
         candidates.append(project.candidate.read_bytes())
     assert candidates[0] == candidates[1]
@@ -203,7 +219,7 @@ def test_the_scores_file(project, monkeypatch):
     scores = json.loads(project.scores.read_text())
     baseline = {"n": 8, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0}
     assert scores["baseline_validation"] == baseline
-    assert scores["best_validation"] == baseline  # the mock's proposals tie the current prompt
+    assert scores["best_validation"] == baseline  # the mock's proposals tie the current prompt...
     assert scores["post_optimization_train"] == baseline
     assert scores["seed"] == 5
     assert scores["candidates_tried"] == scores["candidates_validated"] == 3
@@ -212,7 +228,8 @@ def test_the_scores_file(project, monkeypatch):
     assert scores["model_calls"] == len(client.requests)
     assert scores["model_calls_by_role"] == {r: client.count(r) for r in ("optimizer", "ranker", "rewriter")}
     assert scores["stopped"] == "iterations" and scores["applied"] is False
-    assert scores["best_is_current_prompt"] is False
+    assert scores["best_is_current_prompt"] is True  # ...and a tie keeps it (the harness's rule)
+    assert scores["best_candidate"] == 0
 
 
 def test_validation_keeps_the_current_prompt_when_a_proposal_scores_worse(tmp_path, monkeypatch):

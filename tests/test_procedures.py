@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SUITES = '''
 from pathlib import Path
@@ -44,14 +41,6 @@ def test_a_prompt_procedure_needs_no_egeo_prompts_directory(pytester: pytest.Pyt
     result = pytester.runpytest("--geo-mock")
     result.assert_outcomes(passed=2)
     assert result.stdout.lines[-2] == "- headline::same: 0.5000 | said 'green pan'; said 'grey pot'"
-
-
-def test_geo_rows_without_a_prompts_directory_stop_the_run_at_start(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\n")
-    shutil.copy(ROOT / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
-    result = pytester.runpytest("smoke.jsonl", "--geo-mock")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *prompts*not found*"])
 
 
 def test_a_suite_scores_a_prompt_procedure_through_the_runs_client(geo_project: pytest.Pytester) -> None:
@@ -119,24 +108,38 @@ def optimize_suites(monkeypatch: pytest.MonkeyPatch, root: Path, *extra: str, cl
     return cli.main(["optimize-prompts", "--suites", "evals.py", "--mock", "--iters", "2", *extra])
 
 
+class Echoing(Proposing):
+    """The procedure answers its input only when the template asks to echo it: the
+    current template scores 0 and the proposal is strictly better."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.role == "procedure" and "Echo" not in request.messages[-1]["content"]:
+            self.requests.append(request)
+            return ChatResponse("no idea")
+        return await super().complete(request)
+
+
 def test_optimizing_a_suite_prompt_is_non_destructive(suites_project: Path, monkeypatch, capsys) -> None:
     before = (suites_project / "headline.txt").read_bytes()
-    assert optimize_suites(monkeypatch, suites_project) == 0
+    client = Echoing(proposal="Echo: {{input}}")
+    assert optimize_suites(monkeypatch, suites_project, client=client) == 0
     assert (suites_project / "headline.txt").read_bytes() == before
     candidate = (suites_project / "headline.candidate.txt").read_text()
     assert "{{input}}" in candidate and candidate != before.decode()
     scores = json.loads((suites_project / "headline.optimized_scores.json").read_text())
     assert scores["component"] == "headline"
-    assert scores["baseline_validation"] == {"score": 0.5, "win_rate": 0.5, "stderr": 0.5, "n": 2}
+    assert scores["baseline_validation"] == {"score": 0.0, "win_rate": 0.0, "stderr": 0.0, "n": 2}
+    assert scores["best_validation"] == {"score": 0.5, "win_rate": 0.5, "stderr": 0.5, "n": 2}
     assert scores["post_optimization_train"]["n"] == 2
     assert scores["val"] == "evals.py::headline test_data"
     out = capsys.readouterr().out
-    assert "candidate 0 (current prompt): validation score=0.5000" in out
+    assert "candidate 0 (current prompt): validation score=0.0000" in out
 
 
 def test_apply_replaces_the_procedures_template_file(suites_project: Path, monkeypatch) -> None:
-    assert optimize_suites(monkeypatch, suites_project, "--apply") == 0
-    assert (suites_project / "headline.txt").read_text() == (suites_project / "headline.candidate.txt").read_text()
+    assert optimize_suites(monkeypatch, suites_project, "--apply", client=Echoing(proposal="Echo: {{input}}")) == 0
+    assert (suites_project / "headline.txt").read_text() == "Echo: {{input}}"
+    assert (suites_project / "headline.candidate.txt").read_text() == "Echo: {{input}}"
 
 
 def test_a_proposal_that_drops_a_placeholder_is_never_written(suites_project: Path, monkeypatch, capsys) -> None:

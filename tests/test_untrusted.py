@@ -33,7 +33,7 @@ def test_render_never_expands_syntax_found_in_values(text: str) -> None:
 
 
 def test_the_real_rewriter_prompt_keeps_hostile_text_literal() -> None:
-    prompts = load_prompts(REPO / "prompts")
+    prompts = load_prompts(REPO / "pytest_geo" / "prompts")
     values = {"query": "kettle", "query_id": "", "id": "t", "target_id": "t", "title": "{{description}}",
               "description": HOSTILE[3]}
     rendered = render(prompts.rewriter_user, values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,14 +102,23 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
     return f"{where}: {shorten(error.message)}"
 
 
-def choose_target(seed: int, query: str, candidate_ids: list[str]) -> str:
-    """A seeded choice that is the same in every run and process (never `hash()`)."""
-    rng = random.Random(f"{seed}\x1f{query}\x1f" + "\x1f".join(candidate_ids))
-    return rng.choice(candidate_ids)
+class TargetChooser:
+    """The E-GEO harness's rule for a missing target_id: one `random.Random(seed)` for
+    the whole file, consumed in file order by `rng.choice(candidates)` for each valid row
+    without a target_id (malformed lines consume nothing). So the same file and seed give
+    the harness's targets, and the whole file must be read in order, at collection, for
+    `-k`, `--deselect` and xdist not to change them."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)  # an int seed: the same in every process (no hash())
+
+    def __call__(self, candidate_ids: list[str]) -> str:
+        return self.rng.choice(candidate_ids)
 
 
-def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | None:
-    """One physical line -> a row, a problem, or None for a blank line."""
+def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]], str]) -> DatasetLine | None:
+    """One physical line -> a row, a problem, or None for a blank line; `choose` picks a
+    missing target (called only for a valid row without one)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,7 +170,7 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
         line=line_no,
         query=obj["query"],
         candidates=tuple(Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]),
-        target_id=target if target is not None else choose_target(seed, obj["query"], ids),
+        target_id=target if target is not None else choose(ids),
         query_id=query_id,
         target_was_chosen=target is None,
     )
@@ -198,16 +207,18 @@ def _query_id(obj: Any) -> str | None:
 
 
 def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
-    """Yield each non-blank line of a JSONL file as a row or a problem, lazily."""
+    """Yield each non-blank line of a JSONL file as a row or a problem, lazily, in file
+    order (the seeded target choice depends on it)."""
     path = Path(path)
     label = display or str(path)
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise DatasetError(f"{label}: cannot read dataset: {exc.strerror or exc}") from None
+    choose = TargetChooser(seed)
     with handle:
         for line_no, raw in enumerate(handle, start=1):
-            parsed = parse_line(label, line_no, raw.rstrip(b"\r\n"), seed)
+            parsed = parse_line(label, line_no, raw.rstrip(b"\r\n"), choose)
             if parsed is not None:
                 yield parsed
 

@@ -79,15 +79,29 @@ class GeoOutcome:
 def candidate_values(
     query: str, query_id: str | None, candidates: tuple[Candidate, ...], used: Collection[str] | None = None
 ) -> dict[str, Any]:
-    """The ranker's placeholder values; with `used`, the two JSON renderings of the
-    candidates are built only if the templates use them."""
+    """The ranker's placeholder values; with `used`, the renderings of the candidates
+    are built only if the templates use them."""
     listed = [c.as_dict() for c in candidates]
     values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(listed)}
     if used is None or "candidates" in used:
-        values["candidates"] = "\n".join(json.dumps(c, ensure_ascii=False) for c in listed)
+        values["candidates"] = candidate_blocks(candidates)
+    if used is None or "candidates_jsonl" in used:
+        values["candidates_jsonl"] = "\n".join(json.dumps(c, ensure_ascii=False) for c in listed)
     if used is None or "candidates_json" in used:
         values["candidates_json"] = indented_json(listed)
     return values
+
+
+def candidate_blocks(candidates: tuple[Candidate, ...]) -> str:
+    """The E-GEO harness's `{{candidates}}`: per candidate `- id:`, `  title:`,
+    `  description:` and the description's lines indented by two spaces; a blank line
+    between candidates."""
+    blocks = []
+    for c in candidates:
+        lines = [f"- id: {c.id}", f"  title: {c.title}", "  description:"]
+        lines += [f"  {line}" for line in c.description.splitlines()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,10 +8,15 @@ from pathlib import Path
 from pytest_geo.templates import PromptError, placeholders
 
 # What each template may use, and what it must use to do its job.
-RANKER_VARS = frozenset({"query", "query_id", "candidates", "candidates_json", "n_candidates"})
+# {{candidates}} is the E-GEO harness's block format, {{candidates_json}} an indented JSON
+# array, {{candidates_jsonl}} one JSON object per line.
+CANDIDATE_VARS = frozenset({"candidates", "candidates_json", "candidates_jsonl"})
+RANKER_VARS = frozenset({"query", "query_id", "n_candidates"}) | CANDIDATE_VARS
 REWRITER_VARS = frozenset({"query", "query_id", "id", "target_id", "title", "description"})
+# {{batch_summary}} and {{history}} as in the E-GEO harness's meta_optimizer_user.txt.
 OPTIMIZER_VARS = frozenset(
-    {"current_prompt", "feedback", "examples", "score", "required_placeholders", "optional_placeholders"}
+    {"current_prompt", "feedback", "examples", "score", "required_placeholders", "optional_placeholders",
+     "batch_summary", "history"}
 )
 
 TEMPLATES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -63,7 +68,7 @@ def check_template(
     missing = sorted(required - used)
     if missing:
         raise PromptError(f"{label}: missing placeholder {{{{{missing[0]}}}}} that this role needs")
-    if name == "ranker_user.txt" and not used & {"candidates", "candidates_json"}:
+    if name == "ranker_user.txt" and not used & CANDIDATE_VARS:
         raise PromptError(f"{label}: missing placeholder {{{{candidates}}}} that this role needs")
 
 
@@ -73,7 +78,7 @@ def load_prompts(directory: Path | str) -> PromptSet:
     if not directory.is_dir():
         raise PromptError(f"{directory}: prompts directory not found")
     texts: dict[str, str | None] = {}
-    for name, (allowed, required) in {**TEMPLATES, **OPTIONAL_TEMPLATES}.items():
+    for name in (*TEMPLATES, *OPTIONAL_TEMPLATES):
         path = directory / name
         if not path.is_file():
             if name in TEMPLATES:
@@ -84,7 +89,8 @@ def load_prompts(directory: Path | str) -> PromptSet:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PromptError(f"{path}: cannot read prompt file: {exc}") from None
-        check_template(name, text, allowed, required, directory)
+        if name in TEMPLATES:  # the meta prompts are checked where they are used (optimize-prompts)
+            check_template(name, text, *TEMPLATES[name], directory)
         texts[name] = text
     return PromptSet(
         directory=directory,

@@ -28,7 +28,7 @@ from pytest_geo.optimize.search import (
     check_budget,
 )
 from pytest_geo.scoring import summarize
-from pytest_geo.settings import Settings
+from pytest_geo.settings import Settings, is_packaged
 
 
 class GeoRewriterTask:
@@ -92,6 +92,11 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
     """`egeo optimize-prompts --train --val`; returns the exit status."""
     assert options.train is not None and options.val is not None
     prompts_dir = Path(settings.prompts_dir)
+    if is_packaged(prompts_dir):
+        raise OptimizeError(
+            f"{prompts_dir}: these are the prompts shipped with pytest-geo, and optimize-prompts writes beside "
+            "the working prompt: run `egeo init` for a prompts/ directory of your own, or pass --prompts DIR"
+        )
     outputs = Outputs(
         prompts_dir / "rewriter_user.txt",
         prompts_dir / "rewriter_user.candidate.txt",

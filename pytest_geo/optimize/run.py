@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.engine.experiment import GeoEngine
+from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient
@@ -27,6 +28,7 @@ from pytest_geo.optimize.search import (
     search,
 )
 from pytest_geo.settings import Settings
+from pytest_geo.templates import PromptError
 
 
 @dataclass
@@ -58,8 +60,13 @@ def counted_client(settings: Settings, client: ChatClient | None) -> CallCounter
 def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
     prompts = engine.prompts
     for name in ("meta_optimizer_system", "meta_optimizer_user"):
-        if getattr(prompts, name) is None:
+        text = getattr(prompts, name)
+        if text is None:
             raise OptimizeError(f"{prompts_dir / (name + '.txt')}: prompt file not found (optimize-prompts needs it)")
+        try:
+            check_template(f"{name}.txt", text, *OPTIONAL_TEMPLATES[f"{name}.txt"], prompts_dir)
+        except PromptError as exc:
+            raise OptimizeError(str(exc)) from None
 
     def ask(system: str, user: str, context: Mapping[str, Any], parse: Callable[[str], str]) -> Awaitable[str]:
         return engine.ask("optimizer", system, user, context, parse)

@@ -21,6 +21,7 @@ from pytest_geo.templates import PromptError, render
 
 REWRITER = "rewriter_user"
 MINIBATCH = 3  # training rows per reflection step (GEPA's default)
+HISTORY = 6  # steps shown in {{history}}, as in the E-GEO harness
 # Numbers of the summary printed after each validated candidate, in this order.
 SHOWN = ("avg_rank_improvement", "score", "win_rate", "stderr_rank_improvement", "stderr", "n")
 
@@ -147,10 +148,10 @@ class CallCounter:
 
 
 def better(challenger: Candidate, incumbent: Candidate) -> bool:
-    """Higher validation mean wins; a tie goes to the later candidate, which passed the
-    training check against its parent (so the current prompt stays only if nothing
-    proposed scores at least as well)."""
-    return challenger.mean >= incumbent.mean
+    """The E-GEO harness's rule: a candidate replaces the incumbent only when strictly
+    better on validation. A tie keeps the incumbent: a proposal that changes nothing
+    measurable (with a real model, sometimes the meta prompt echoed back) never wins."""
+    return challenger.mean > incumbent.mean
 
 
 def describe(summary: Mapping[str, float | int]) -> str:
@@ -185,6 +186,7 @@ class _Search:
         self.templates: set[str] = set()
         self.candidates: list[Candidate] = []
         self.best: Candidate | None = None
+        self.history: list[dict[str, Any]] = []  # per proposal step, for {{history}}
         self._memo: dict[tuple[str, str], Scored] = {}
 
     def say(self, text: str) -> None:
@@ -263,7 +265,10 @@ class _Search:
         self.proposals += 1
         number = self.proposals
         values = [float(r.get("score", 0.0)) for r in records]
-        score = f"{describe(self.task.summary(values))} over {len(values)} training rows"
+        summary = self.task.summary(values)
+        score = f"{describe(summary)} over {len(values)} training rows"
+        # As the E-GEO harness: the training metrics, and the last 6 steps' (0-based iter).
+        self.history.append({"iter": number - 1, "prompt_len": len(current), "train": summary})
         feedback = "\n".join(f"- {r.get('row')}: {r.get('Feedback')} (score {r.get('score')})" for r in records)
         fields = {
             "current_prompt": current,
@@ -272,6 +277,8 @@ class _Search:
             "score": score,
             "required_placeholders": ", ".join("{{" + p + "}}" for p in self.reflection.required),
             "optional_placeholders": ", ".join("{{" + p + "}}" for p in self.reflection.optional),
+            "batch_summary": json.dumps(summary, sort_keys=True),
+            "history": json.dumps(self.history[-HISTORY:], indent=2, sort_keys=True),
         }
         def parse(text: str) -> str:
             answer = extract_json_object(text)

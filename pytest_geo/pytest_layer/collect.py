@@ -3,7 +3,9 @@ conftest files; each yields one item per row of the selected split."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +41,22 @@ def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: st
 
 
 class GeoDatasetFile(pytest.File):
-    """`--geo-dataset FILE`: shorthand for a suite over FILE scored by rank improvement."""
+    """`--geo-dataset FILE`: shorthand for a suite over FILE scored by rank improvement.
+
+    Inside the rootdir the node id is pytest's (relative to the rootdir). Outside it
+    pytest names an argument file `""`, so every such dataset would be called `::q1` and
+    share one suite; there the node id is the path relative to the invocation directory,
+    or the absolute path when it is not below it."""
+
+    @classmethod
+    def for_path(cls, parent: pytest.Collector, path: Path) -> GeoDatasetFile:
+        config = parent.config
+        absolute = Path(os.path.abspath(path))
+        if absolute.is_relative_to(config.rootpath):
+            return cls.from_parent(parent, path=path)
+        here = config.invocation_params.dir
+        shown = absolute.relative_to(here).as_posix() if absolute.is_relative_to(here) else absolute.as_posix()
+        return cls.from_parent(parent, path=path, nodeid=shown)
 
     def collect(self) -> Iterator[pytest.Item]:
         try:

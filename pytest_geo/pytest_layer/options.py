@@ -30,6 +30,7 @@ from pytest_geo.settings import (
     ROLES,
     Settings,
     build_settings,
+    find_prompts_dir,
 )
 
 # Settings field -> (option dest, ini name, parser): the command line wins, then the ini file.
@@ -48,12 +49,15 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
     group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
-                    help="GEO JSONL dataset to evaluate; repeatable (ini: geo_datasets).")
+                    help="GEO JSONL dataset to evaluate; repeatable. Without positional arguments the run is "
+                         "the named datasets (testpaths are not collected); the project's rootdir, prompts and "
+                         "cache are kept for a dataset anywhere (ini: geo_datasets, added to any run).")
     group.addoption("--geo-mock", action="store_true", default=False,
                     help=f"use the deterministic offline mock model for every role; no network, "
                          f"no key (env: {MOCK_ENV}=1).")
     group.addoption("--geo-prompts", metavar="DIR", default=None,
-                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts).")
+                    help="prompts directory in the E-GEO layout (ini: geo_prompts; default: <rootdir>/prompts, "
+                         "else ./prompts, else the defaults shipped with pytest-geo).")
     group.addoption("--geo-seed", type=any_int, default=None, metavar="N",
                     help=f"seed for choosing a missing target_id (ini: geo_seed; default: {DEFAULT_SEED}).")
     group.addoption("--geo-report", metavar="PATH", default=None,
@@ -139,11 +143,12 @@ def settings_from_config(config: pytest.Config) -> Settings:
 
 
 def prompts_dir(config: pytest.Config) -> Path:
-    named = config.getoption("geo_prompts")
-    if named:
-        return Path(named).resolve()
-    ini = str(config.getini("geo_prompts")).strip()
-    return config.rootpath / (ini or "prompts")
+    return find_prompts_dir(
+        config.getoption("geo_prompts"),
+        str(config.getini("geo_prompts")).strip() or None,
+        config.rootpath,
+        config.invocation_params.dir,
+    )
 
 
 def dataset_paths(config: pytest.Config) -> list[Path]:

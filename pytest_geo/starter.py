@@ -1,0 +1,96 @@
+"""`egeo init [DIR]`: a starter project that `pytest --geo-mock` runs as it is.
+
+It writes the packaged prompts (to edit and optimise), a small dataset, a YAML suite
+scoring the rewriter on it, and the ini lines that use them. It never overwrites a file:
+what exists is listed as skipped. The ini lines go into a new `pytest.ini` only when the
+directory has no pytest configuration (a new pytest.ini would take precedence over one in
+pyproject.toml, tox.ini or setup.cfg); otherwise they are printed to add by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_geo.settings import PACKAGED_PROMPTS
+
+DATASET = Path("eval/datasets/example.jsonl")
+SUITE = Path("eval/suites/rewriter.geo.yaml")
+INI_LINES = "[pytest]\ntestpaths = eval\ngeo_prompts = prompts\n"
+TOML_LINES = 'testpaths = ["eval"]\ngeo_prompts = "prompts"\n'  # [tool.pytest.ini_options]
+
+# Three rows: two name their target, the third leaves it to the seeded choice.
+EXAMPLE_ROWS = [
+    {"query_id": "kettle", "query": "quiet electric kettle for an office", "target_id": "k3",
+     "candidates": [
+         {"id": "k1", "title": "SteelBoil 1.7", "description": "1.7 litre stainless steel kettle, 3 kW."},
+         {"id": "k2", "title": "TravelKettle Mini", "description": "0.5 litre folding kettle for travel."},
+         {"id": "k3", "title": "Hush 1.5", "description": "1.5 litre kettle with a low-noise element, 2.2 kW."}]},
+    {"query_id": "backpack", "query": "waterproof backpack for cycling commutes", "target_id": "b2",
+     "candidates": [
+         {"id": "b1", "title": "Daypack 20", "description": "20 litre polyester daypack with a laptop sleeve."},
+         {"id": "b2", "title": "RollTop 25", "description": "25 litre roll-top bag, welded seams, reflective strips."},
+         {"id": "b3", "title": "Hiker 40", "description": "40 litre trekking pack with a hip belt."}]},
+    {"query_id": "lamp", "query": "desk lamp with adjustable colour temperature",
+     "candidates": [
+         {"id": "l1", "title": "Arc LED", "description": "LED desk lamp, 2700 K to 6500 K, touch dimmer."},
+         {"id": "l2", "title": "Classic Banker", "description": "Brass desk lamp with a green glass shade."},
+         {"id": "l3", "title": "Clip Light", "description": "Clip-on LED reading light, USB powered."}]},
+]
+
+SUITE_TEXT = """\
+# The GEO rank experiment as an eval suite: the rewriter prompt (prompts/rewriter_user.txt)
+# scored by the built-in rank_improvement metric over the example dataset.
+suite: rewriter
+data:
+  products: ../datasets/example.jsonl
+metric:
+  builtin: rank_improvement
+  dataset: products
+markers: [rank]
+"""
+
+CONFIG_FILES = {
+    "pytest.ini": None, "pyproject.toml": "[tool.pytest", "tox.ini": "[pytest]", "setup.cfg": "[tool:pytest]",
+}
+
+
+def starter_files() -> dict[Path, str]:
+    files = {Path("prompts") / p.name: p.read_text(encoding="utf-8") for p in sorted(PACKAGED_PROMPTS.glob("*.txt"))}
+    files[DATASET] = "".join(json.dumps(row) + "\n" for row in EXAMPLE_ROWS)
+    files[SUITE] = SUITE_TEXT
+    return files
+
+
+def pytest_config(directory: Path) -> Path | None:
+    """The file holding this directory's pytest configuration, if any."""
+    for name, marker in CONFIG_FILES.items():
+        path = directory / name
+        if path.is_file() and (marker is None or marker in path.read_text(encoding="utf-8", errors="replace")):
+            return path
+    return None
+
+
+def write_starter(directory: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """Write what is missing; returns (written, skipped, notes)."""
+    written: list[Path] = []
+    skipped: list[Path] = []
+    notes: list[str] = []
+    for relative, text in starter_files().items():
+        path = directory / relative
+        if path.exists():
+            skipped.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    config = pytest_config(directory)
+    if config is None:
+        path = directory / "pytest.ini"
+        path.write_text(INI_LINES, encoding="utf-8")
+        written.append(path)
+    else:
+        skipped.append(config)
+        lines = TOML_LINES if config.suffix == ".toml" else INI_LINES.replace("[pytest]\n", "")
+        notes.append(f"{config} already configures pytest; add these lines to its pytest section:\n{lines.rstrip()}")
+    notes.append(f"next: cd {directory} && pytest --geo-mock")
+    return written, skipped, notes
