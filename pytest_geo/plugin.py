@@ -23,6 +23,7 @@ from pytest_geo.pytest_layer.options import (
     dataset_paths,
     settings_from_config,
 )
+from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     LOOKAHEAD,
@@ -108,6 +109,12 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     if isinstance(obj, Suite):
         return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After -k, -m and --deselect: --geo-limit and --geo-sample pick among what is left."""
+    deselect_rows(config, items, settings_of(config))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -52,6 +52,8 @@ class Settings:
     split: str = "test"
     strict_facts: bool = False
     repeats: int = 1
+    limit: int | None = None  # the first N rows of each dataset
+    sample: int | None = None  # N rows of each dataset drawn with the seed
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

@@ -40,6 +40,8 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "max_retries": ("geo_max_retries", "geo_max_retries", non_negative_int),
     "split": ("geo_split", "geo_split", split_mode),
     "repeats": ("geo_repeats", "geo_repeats", positive_int),
+    "limit": ("geo_limit", "geo_limit", positive_int),
+    "sample": ("geo_sample", "geo_sample", positive_int),
 }
 
 
@@ -87,6 +89,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
                     help="run each GEO row K times, each with its own seeded candidate order, and "
                          "average them (ini: geo_repeats; default: 1).")
+    group.addoption("--geo-limit", type=positive_int, default=None, metavar="N",
+                    help="run only the first N rows of each dataset; the others are deselected "
+                         "(ini: geo_limit).")
+    group.addoption("--geo-sample", type=positive_int, default=None, metavar="N",
+                    help="run N rows of each dataset drawn with --geo-seed, the same ones on every run "
+                         "and under xdist; the others are deselected (ini: geo_sample).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
     group.addoption("--geo-fail-on-regression", action="store_true", default=False,
@@ -110,6 +118,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
+    parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
+    parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
 
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
