@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pytest_geo.llm.prices import Price
+
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 DEFAULT_SEED = 1234
@@ -54,6 +56,7 @@ class Settings:
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

@@ -18,6 +18,7 @@ from pytest_geo.engine.prompts import PromptSet, load_prompts
 from pytest_geo.engine.runner import BoundedClient, Runner
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
+from pytest_geo.llm.prices import price_table
 from pytest_geo.llm.usage import UsageClient, UsageTable
 from pytest_geo.settings import Settings
 
@@ -42,7 +43,8 @@ class GeoSession:
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
         requests = REQUESTS_PER_ROW * settings.concurrency
-        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
+        prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
+        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings), prices)
         self.client: ChatClient = self.usage
         self.runner = Runner(settings.concurrency)
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
     any_int,
     min_score,
@@ -118,6 +119,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
+    parser.addini("geo_prices", "model prices in dollars per million tokens, one "
+                  "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
     parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
     parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
 
@@ -142,8 +145,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["prompts_dir"] = prompts_dir(config)
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
+    given["prices"] = _prices(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
     return build_settings(given, models)
+
+
+def _prices(config: pytest.Config) -> dict[str, Price]:
+    from pytest_geo.llm.prices import PriceError, parse_price_lines
+
+    try:
+        return parse_price_lines(config.getini("geo_prices"))
+    except PriceError as exc:
+        raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
 
 
 def prompts_dir(config: pytest.Config) -> Path:
