@@ -23,10 +23,12 @@ from pytest_geo.pytest_layer.options import (
     dataset_paths,
     settings_from_config,
 )
+from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     LOOKAHEAD,
+    PROGRESS,
     REGISTERED_MARKERS,
     RESULTS,
     SESSION,
@@ -138,7 +140,9 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     as it goes instead (lookahead.py)."""
     geo = running_session(session.config)
     if geo is not None and not is_xdist_worker(session.config):
-        geo.schedule_many(item.row for item in session.items if isinstance(item, GeoRowItem))
+        rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
+        geo.schedule_many(rows)
+        session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
         session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
     return (yield)
@@ -149,6 +153,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     lookahead = item.config.stash.get(LOOKAHEAD, None)
     if lookahead is not None:
         lookahead.before(item, nextitem)
+    progress = item.config.stash.get(PROGRESS, None)
+    if progress is not None and isinstance(item, GeoRowItem):
+        progress.wait_for(item.row)  # before the item's output starts: the status line shows meanwhile
     result = yield
     if item.session.shouldfail or item.session.shouldstop:
         geo = running_session(item.config)

@@ -56,6 +56,7 @@ class Settings:
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
 
 

@@ -16,6 +16,7 @@ from pytest_geo.options import (
     non_negative_int,
     positive_float,
     positive_int,
+    progress_mode,
     split_mode,
     temperature,
 )
@@ -43,6 +44,7 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "repeats": ("geo_repeats", "geo_repeats", positive_int),
     "limit": ("geo_limit", "geo_limit", positive_int),
     "sample": ("geo_sample", "geo_sample", positive_int),
+    "progress": ("geo_progress", "geo_progress", progress_mode),
 }
 
 
@@ -96,6 +98,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-sample", type=positive_int, default=None, metavar="N",
                     help="run N rows of each dataset drawn with --geo-seed, the same ones on every run "
                          "and under xdist; the others are deselected (ini: geo_sample).")
+    group.addoption("--geo-progress", type=progress_mode, default=None, metavar="auto|on|off",
+                    help="a status line of rows done, in flight, errors, retries, tokens, cost and ETA "
+                         "while a row holds back pytest's output: redrawn on a terminal, a plain line at "
+                         "most every 10 s elsewhere; auto (default) is off under -q -q (ini: geo_progress).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
     group.addoption("--geo-fail-on-regression", action="store_true", default=False,
@@ -121,6 +127,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
     parser.addini("geo_prices", "model prices in dollars per million tokens, one "
                   "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
+    parser.addini("geo_progress", "the live status line: auto, on or off", default="")
     parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
     parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
 
