@@ -5,25 +5,46 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_geo.data.dataset import DatasetError, iter_dataset, split_lines
-from pytest_geo.engine.session import GeoSession
+from pytest_geo import __version__
+from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.record import (
+    OutcomeFields,
+    RecordKind,
+    RowRecord,
+    geo_record,
+    problem_record,
+    where,
+)
+from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.cache import make_ignored_pytest_cache
-from pytest_geo.llm.factory import ClientSetupError
-from pytest_geo.options import any_int, positive_int
+from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
+from pytest_geo.llm.usage import UsageTable, cost_line, usage_lines
+from pytest_geo.options import any_int, non_negative_int, positive_float, positive_int, progress_mode
+from pytest_geo.report.html import write_html_report
+from pytest_geo.report.json_report import build_report, write_json_atomic
+from pytest_geo.report.metadata import run_metadata
+from pytest_geo.report.progress import ProgressDisplay, status_text
+from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_rate_lines
 from pytest_geo.scoring import summarize
 from pytest_geo.settings import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
+    DEFAULT_TIMEOUT,
     MOCK_ENV,
     ROLES,
     Settings,
     build_settings,
 )
+from pytest_geo.suites.suite import GEO_METRIC
 from pytest_geo.templates import PromptError
 
 VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
@@ -57,12 +78,30 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
     evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
     evaluate.add_argument(
         "--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows"
     )
+    evaluate.add_argument(
+        "--sample", type=positive_int, default=None, metavar="N",
+        help="evaluate N rows drawn with --seed (after --limit), the rows pytest --geo-sample N runs",
+    )
+    evaluate.add_argument("--repeats", type=positive_int, default=None, metavar="K",
+                          help="run each row K times, each with its own seeded candidate order, and average them")
+    evaluate.add_argument("--timeout", type=positive_float, default=None, metavar="S",
+                          help=f"timeout for each model call in seconds (default: {DEFAULT_TIMEOUT:g})")
+    evaluate.add_argument("--max-retries", type=non_negative_int, default=None, metavar="N",
+                          help=f"retries of a failed model call (default: {DEFAULT_MAX_RETRIES})")
+    evaluate.add_argument("--report", type=Path, default=None, metavar="PATH",
+                          help="write the JSON report (the schema of pytest --geo-report) to PATH")
+    evaluate.add_argument("--html", type=Path, default=None, metavar="PATH",
+                          help="write the self-contained HTML report to PATH")
+    evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",
+                          help="the status line on stderr while rows run: redrawn on a terminal, a plain "
+                               "line at most every 10 s elsewhere (default: auto)")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
     evaluate.add_argument(
         "--cache-dir",
@@ -119,34 +158,128 @@ def _settings(args: argparse.Namespace) -> Settings:
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
     }
+    # evaluate's run flags; optimize-prompts keeps the defaults
+    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress"):
+        given[name] = getattr(args, name, None)
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
+class StderrOutput:
+    """The status line's place: stderr, whose cursor egeo always leaves at a line start."""
+
+    def write_raw(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def line(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def column(self) -> int:
+        return 0
+
+    def width(self) -> int:
+        return shutil.get_terminal_size().columns
+
+
+def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
+    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
+    if settings.sample is None:  # no names needed beyond the limit: read only that far
+        lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
+        return row_names(lines), lines
+    lines = list(iter_dataset(path, settings.seed))
+    names = row_names(lines)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    return [names[i] for i in keep], [lines[i] for i in keep]
+
+
+def _progress(settings: Settings) -> ProgressDisplay | None:
+    """The status line on stderr (stdout stays the metrics JSON)."""
+    if settings.progress == "off":
+        return None
+    return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
+
+
+def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None) -> list[Outcome]:
+    geo.schedule_many(rows)
+    outcomes = []
+    for row in rows:
+        future = geo.scheduled(row)
+        if display is not None and future is not None:
+            display.wait(future, lambda: status_text(geo.progress(len(rows))))
+        outcomes.append(geo.outcome(row))
+    return outcomes
+
+
 def evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    rows, problems = split_lines(itertools.islice(iter_dataset(args.dataset, settings.seed), args.limit))
-    for problem in problems:
+    started, clock = time.time(), time.perf_counter()
+    names, lines = _selected_lines(args.dataset, settings)
+    named_rows = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, GeoRow)]
+    problems = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+    rows = [row for _, row in named_rows]
+    for _, problem in problems:
         print(problem, file=sys.stderr)
     geo = GeoSession(settings)
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
             make_ignored_pytest_cache(PYTEST_CACHE)
-        outcomes = geo.evaluate(rows)
+        outcomes = _run_rows(geo, rows, _progress(settings))
     finally:
         geo.close()
-    for outcome in outcomes:
-        if outcome.error is not None:
-            print(f"{args.dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+    records = [outcome.record() for outcome in outcomes]
+    for record in records:
+        if record.get("error") is not None:
+            print(f"{args.dataset}: {record['query_id'] or record['target_id']}: error: {record['error']}",
+                  file=sys.stderr)
         if args.verbose:
-            record: dict[str, object] = dict(outcome.record())
-            print(json.dumps({k: record[k] for k in VERBOSE_FIELDS}))
-    rewrites = [o for o in outcomes if o.rewritten_description is not None]
-    for line in fact_rate_lines(sum(1 for o in rewrites if o.fact_violations), len(rewrites)):
-        print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
+            print(json.dumps({k: record.get(k) for k in VERBOSE_FIELDS}))
+    # stderr: stdout stays the E-GEO harness's metrics JSON
+    rewrites = [r for r in records if r.get("rewritten_description") is not None]
+    for line in fact_rate_lines(sum(1 for r in rewrites if _adds_facts(r)), len(rewrites)):
+        print(line, file=sys.stderr)
+    usage = geo.usage_table()
+    if usage:
+        print("model usage:", file=sys.stderr)
+        for line in usage_lines(usage):
+            print(f"  {line}", file=sys.stderr)
+        if not settings.mock:
+            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
     print(json.dumps(summarize(o.score().value for o in outcomes).as_geo(), indent=2, sort_keys=True))
-    return 1 if problems or any(o.error is not None for o in outcomes) else 0
+    if args.report or args.html:
+        scored = [(name, row, o) for (name, row), o in zip(named_rows, outcomes, strict=True)]
+        results = _results(args.dataset, scored, problems, usage)
+        results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
+        report = build_report(results)
+        for path, write, kind in ((args.report, write_json_atomic, "report"), (args.html, write_html_report,
+                                                                              "HTML report")):
+            if path:
+                write(Path(path), report)
+                print(f"{kind} written to {path}", file=sys.stderr)
+    return 1 if problems or any(r.get("error") is not None for r in records) else 0
+
+
+def _adds_facts(record: OutcomeFields) -> bool:
+    return bool(record.get("fact_violations")) or any(r.get("fact_violations") for r in record.get("repeats", []))
+
+
+def _results(dataset: Path, scored: list[tuple[str, GeoRow, Outcome]], problems: list[tuple[str, RowProblem]],
+             usage: UsageTable) -> Results:
+    """The plugin's records, as a `pytest <dataset>` run would name them."""
+    suite = str(dataset)
+    results = Results(usage=usage)
+
+    def at(kind: RecordKind, name: str, line: int) -> RowRecord:
+        return where(kind, suite=suite, metric=GEO_METRIC, split="train", nodeid=f"{suite}::{name}", line=line,
+                     threshold=None)
+
+    for name, row, outcome in scored:
+        results.add(geo_record(at("geo", name, row.line), row.path, outcome.record(), row.target_was_chosen))
+    for name, problem in problems:
+        results.add(problem_record(at("problem", name, problem.line), problem.path, problem.problem))
+    return results
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
@@ -167,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return evaluate(args)
         if args.command == "optimize-prompts":
             return optimize_prompts(args)
-    except (DatasetError, PromptError, ClientSetupError, OptimizeError) as exc:
+    except ClientSetupError as exc:
+        print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
+        return 2
+    except (DatasetError, PromptError, OptimizeError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -8,13 +8,24 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.settings import Settings
 
 MISSING_KEY = (
-    "no model credentials: set OPENAI_API_KEY (and --geo-base-url or OPENAI_BASE_URL for an "
-    "OpenAI-compatible server), or run offline with the mock (pytest --geo-mock, egeo --mock, or GEO_EVAL_MOCK=1)"
+    "no model credentials: set OPENAI_API_KEY (and {base_url} or OPENAI_BASE_URL for an "
+    "OpenAI-compatible server), or run offline with the mock ({mock} or GEO_EVAL_MOCK=1)"
 )
+# The flags a message names, per front end: each names its own.
+PLUGIN_FLAGS = {"base_url": "--geo-base-url", "mock": "--geo-mock"}
+EGEO_FLAGS = {"base_url": "--base-url", "mock": "--mock"}
 
 
 class ClientSetupError(Exception):
-    """The client cannot be built; the message says how to fix it."""
+    """The client cannot be built; the message says how to fix it, naming the plugin's
+    flags unless a front end asks for its own (`naming`)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template.format(**PLUGIN_FLAGS))
+        self.template = template
+
+    def naming(self, flags: dict[str, str]) -> str:
+        return self.template.format(**flags)
 
 
 def build_client(settings: Settings) -> ChatClient:

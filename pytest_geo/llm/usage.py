@@ -82,13 +82,13 @@ def cost_json(usage: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     }
 
 
-def cost_line(usage: Mapping[str, Mapping[str, int]]) -> str:
+def cost_line(usage: Mapping[str, Mapping[str, int]], price_option: str = "the ini option geo_prices") -> str:
     """The summary's total: what the run cost and what the cache saved, or which roles
     have no price."""
     total = total_cost(usage)
     if total is None:
         return (f"cost: unknown, no price for the model of {', '.join(unpriced_roles(usage))} "
-                "(add it to the ini option geo_prices); tokens above")
+                f"(add it to {price_option}); tokens above")
     line = f"cost: {format_dollars(total[0])} at list prices ({PRICES_DATE} table and geo_prices)"
     if any(c.get("cache_hits", 0) for c in usage.values()):
         line += f"; cache hits saved {format_dollars(total[1])}"
