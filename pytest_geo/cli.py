@@ -24,7 +24,7 @@ from pytest_geo.data.record import (
 from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.cache import make_ignored_pytest_cache
-from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
+from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
 from pytest_geo.llm.usage import UsageTable, cost_line, usage_lines
 from pytest_geo.options import any_int, non_negative_int, positive_float, positive_int, progress_mode
 from pytest_geo.report.html import write_html_report
@@ -221,6 +221,9 @@ def evaluate(args: argparse.Namespace) -> int:
     rows = [row for _, row in named_rows]
     for _, problem in problems:
         print(problem, file=sys.stderr)
+    local = placeholder_key_host(settings)
+    if local is not None:
+        print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
     geo = GeoSession(settings)
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs

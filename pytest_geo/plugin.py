@@ -87,11 +87,19 @@ def _load_baseline(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if not config.stash[DATASETS]:
+    """For runs given a dataset, by --geo-dataset, the ini file or on the command line."""
+    positional = any(arg.split("::")[0].endswith(".jsonl") for arg in config.args)
+    if not config.stash[DATASETS] and not positional:
         return None
+    from pytest_geo.llm.factory import placeholder_key_host
+
     settings = settings_of(config)
     model = "mock" if settings.mock else f"ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}"
-    return f"geo: model {model}, prompts {settings.prompts_dir}, seed {settings.seed}"
+    header = f"geo: model {model}, prompts {settings.prompts_dir}, seed {settings.seed}"
+    local = placeholder_key_host(settings)
+    if local is not None:
+        header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
+    return header
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

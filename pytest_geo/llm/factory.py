@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.settings import Settings
@@ -28,12 +30,43 @@ class ClientSetupError(Exception):
         return self.template.format(**flags)
 
 
+# Sent to a local server when no key is set: the SDK refuses to start without one, and
+# local servers (vLLM, Ollama, llama.cpp) ignore it. Never sent anywhere else.
+PLACEHOLDER_KEY = "sk-no-key-local-server"
+
+
+def _local_host(url: str | None) -> str | None:
+    """The host when `url` points to this machine or a private network, else None."""
+    try:
+        host = urlsplit(url if url and "//" in url else f"//{url or ''}").hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if host == "localhost" or host.endswith(".localhost"):
+        return host
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host if address.is_loopback or address.is_private or address.is_link_local else None
+
+
+def placeholder_key_host(settings: Settings) -> str | None:
+    """The local server a placeholder key goes to, when the run has no key of its own."""
+    if settings.mock or os.environ.get("OPENAI_API_KEY", "").strip():
+        return None
+    return _local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
+
+
 def build_client(settings: Settings) -> ChatClient:
     if settings.mock:
         from pytest_geo.llm.mock import MockClient
 
         return MockClient()
     api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if not api_key and placeholder_key_host(settings) is not None:
+        api_key = PLACEHOLDER_KEY
     if not api_key:
         raise ClientSetupError(MISSING_KEY)
     from pytest_geo.llm.openai_client import OpenAIChatClient
