@@ -6,23 +6,33 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_geo.data.dataset import DatasetError, iter_dataset, row_names, split_lines
+from pytest_geo import __version__
+from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
 from pytest_geo.data.record import geo_record, problem_record
-from pytest_geo.engine.experiment import GeoOutcome
-from pytest_geo.engine.session import GeoSession
+from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.cache import make_ignored_pytest_cache
-from pytest_geo.llm.factory import ClientSetupError
-from pytest_geo.options import any_int, positive_int, temperature
+from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
+from pytest_geo.llm.usage import cost_line, usage_lines
+from pytest_geo.options import any_int, non_negative_int, positive_float, positive_int, progress_mode, temperature
+from pytest_geo.report.html import write_html_report
+from pytest_geo.report.json_report import build_report, write_json_atomic
+from pytest_geo.report.metadata import run_metadata
+from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
+    DEFAULT_TIMEOUT,
     MOCK_ENV,
     PYTEST_CACHE,
     ROLES,
@@ -66,12 +76,30 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
     evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
     evaluate.add_argument(
         "--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows"
     )
+    evaluate.add_argument(
+        "--sample", type=positive_int, default=None, metavar="N",
+        help="evaluate N rows drawn with --seed (after --limit), the rows pytest --geo-sample N runs",
+    )
+    evaluate.add_argument("--repeats", type=positive_int, default=None, metavar="K",
+                          help="run each row K times, each with its own seeded candidate order, and average them")
+    evaluate.add_argument("--timeout", type=positive_float, default=None, metavar="S",
+                          help=f"timeout for each model call in seconds (default: {DEFAULT_TIMEOUT:g})")
+    evaluate.add_argument("--max-retries", type=non_negative_int, default=None, metavar="N",
+                          help=f"retries of a failed model call (default: {DEFAULT_MAX_RETRIES})")
+    evaluate.add_argument("--report", type=Path, default=None, metavar="PATH",
+                          help="write the JSON report (the schema of pytest --geo-report) to PATH")
+    evaluate.add_argument("--html", type=Path, default=None, metavar="PATH",
+                          help="write the self-contained HTML report to PATH")
+    evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",
+                          help="the status line on stderr while rows run: redrawn on a terminal, a plain "
+                               "line at most every 10 s elsewhere (default: auto)")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
     evaluate.add_argument(
         "--cache-dir",
@@ -141,48 +169,118 @@ def _settings(args: argparse.Namespace) -> Settings:
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
     }
+    # evaluate's run flags; optimize-prompts keeps the defaults
+    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress"):
+        given[name] = getattr(args, name, None)
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
+class StderrOutput:
+    """The status line's place: stderr, whose cursor egeo always leaves at a line start."""
+
+    def write_raw(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def line(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def column(self) -> int:
+        return 0
+
+    def width(self) -> int:
+        return shutil.get_terminal_size().columns
+
+
+def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
+    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
+    if settings.sample is None:  # no names needed beyond the limit: read only that far
+        lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
+        return row_names(lines), lines
+    lines = list(iter_dataset(path, settings.seed))
+    names = row_names(lines)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    return [names[i] for i in keep], [lines[i] for i in keep]
+
+
+def _progress(settings: Settings) -> ProgressDisplay | None:
+    """The status line on stderr (stdout stays the metrics JSON)."""
+    if settings.progress == "off":
+        return None
+    return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
+
+
+def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None) -> list[Outcome]:
+    geo.schedule_many(rows)
+    outcomes = []
+    for row in rows:
+        future = geo.scheduled(row)
+        if display is not None and future is not None:
+            display.wait(future, lambda: status_text(geo.progress(len(rows))))
+        outcomes.append(geo.outcome(row))
+    return outcomes
+
+
 def evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    lines = list(itertools.islice(iter_dataset(args.dataset, settings.seed), args.limit))
-    rows, problems = split_lines(lines)
-    for problem in problems:
+    started, clock = time.time(), time.perf_counter()
+    names, lines = _selected_lines(args.dataset, settings)
+    named_rows = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, GeoRow)]
+    problems = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+    rows = [row for _, row in named_rows]
+    for _, problem in problems:
         print(problem, file=sys.stderr)
+    local = placeholder_key_host(settings)
+    if local is not None:
+        print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
     geo = GeoSession(settings)
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
             make_ignored_pytest_cache(PYTEST_CACHE)
-        outcomes = geo.evaluate(rows)
+        outcomes = _run_rows(geo, rows, _progress(settings))
     finally:
         geo.close()
     # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
     dataset = str(args.dataset)
-    results = Results()
-    names = dict(zip([line.line for line in lines], row_names(lines), strict=True))
-    for row, outcome in zip(rows, outcomes, strict=True):
-        record = geo_record(row, outcome.record(), suite=dataset, split="train", nodeid=f"{dataset}::{names[row.line]}")
-        results.add(record)
+    usage = geo.usage_table()
+    results = Results(usage=usage)
+    for (name, row), outcome in zip(named_rows, outcomes, strict=True):
+        results.add(geo_record(row, outcome.record(), suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
         if outcome.error is not None:
             print(f"{dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
         if args.verbose:
             print(json.dumps(verbose_line(outcome)))
-    for problem in problems:
-        results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{names[problem.line]}"))
+    for name, problem in problems:
+        results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
+    # stderr: stdout stays the E-GEO harness's metrics JSON
     for line in fact_lines(results):
-        print(line, file=sys.stderr)  # stdout stays the E-GEO harness's metrics JSON
+        print(line, file=sys.stderr)
+    if usage:
+        print("model usage:", file=sys.stderr)
+        for line in usage_lines(usage):
+            print(f"  {line}", file=sys.stderr)
+        if not settings.mock:
+            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
     print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    if args.report or args.html:
+        results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
+        report = build_report(results)
+        for path, write, kind in ((args.report, write_json_atomic, "report"),
+                                  (args.html, write_html_report, "HTML report")):
+            if path:
+                write(Path(path), report)
+                print(f"{kind} written to {path}", file=sys.stderr)
     return 1 if results.problems or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
 
 
-def verbose_line(outcome: GeoOutcome) -> dict[str, object]:
+def verbose_line(outcome: Outcome) -> dict[str, object]:
     """A row as the E-GEO harness prints it: a missing query_id is "", rank_improvement a
-    float (null only for a row whose experiment failed)."""
+    float (null only for a row whose experiment failed; with repeats, their mean)."""
     record: dict[str, object] = dict(outcome.record())
-    improvement = outcome.rank_improvement
+    improvement = outcome.record().get("rank_improvement")
     return {
         **{k: record[k] for k in VERBOSE_FIELDS},
         "query_id": outcome.query_id or "",
@@ -223,7 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)
-    except (DatasetError, PromptError, ClientSetupError, OptimizeError) as exc:
+    except ClientSetupError as exc:
+        print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
+        return 2
+    except (DatasetError, PromptError, OptimizeError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -57,6 +57,13 @@ def split_mode(text: str) -> str:
     return text
 
 
+def progress_mode(text: str) -> str:
+    modes = ("auto", "on", "off")
+    if text not in modes:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(modes)}")
+    return text
+
+
 def min_score(text: str) -> tuple[str, float]:
     suite, sep, value = text.rpartition("=")
     if not sep or not suite:

@@ -24,9 +24,12 @@ from pytest_geo.pytest_layer.options import (
     dataset_paths,
     settings_from_config,
 )
+from pytest_geo.pytest_layer.progress import PluginProgress
+from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     LOOKAHEAD,
+    PROGRESS,
     REGISTERED_MARKERS,
     RESULTS,
     SESSION,
@@ -99,9 +102,15 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     paths given as arguments."""
     if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
         return None
+    from pytest_geo.llm.factory import placeholder_key_host
+
     settings = settings_of(config)
     model = "mock" if settings.mock else f"ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}"
-    return f"geo: model {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header = f"geo: model {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    local = placeholder_key_host(settings)
+    if local is not None:
+        header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
+    return header
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -121,6 +130,12 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     if isinstance(obj, Suite):
         return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After -k, -m and --deselect: --geo-limit and --geo-sample pick among what is left."""
+    deselect_rows(config, items, settings_of(config))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -144,7 +159,9 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     as it goes instead (lookahead.py)."""
     geo = running_session(session.config)
     if geo is not None and not is_xdist_worker(session.config):
-        geo.schedule_many(item.row for item in session.items if isinstance(item, GeoRowItem))
+        rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
+        geo.schedule_many(rows)
+        session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
         session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
     return (yield)
@@ -155,6 +172,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     lookahead = item.config.stash.get(LOOKAHEAD, None)
     if lookahead is not None:
         lookahead.before(item, nextitem)
+    progress = item.config.stash.get(PROGRESS, None)
+    if progress is not None and isinstance(item, GeoRowItem):
+        progress.wait_for(item.row)  # before the item's output starts: the status line shows meanwhile
     result = yield
     if item.session.shouldfail or item.session.shouldstop:
         geo = running_session(item.config)

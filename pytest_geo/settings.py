@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pytest_geo.llm.prices import Price
+
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
@@ -91,6 +93,10 @@ class Settings:
     split: str = "test"
     strict_facts: bool = False
     repeats: int = 1
+    limit: int | None = None  # the first N rows of each dataset
+    sample: int | None = None  # N rows of each dataset drawn with the seed
+    progress: str = "auto"  # the live status line: auto, on or off
+    prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 
 from pytest_geo.data.dataset import GeoRow, RowKey
 from pytest_geo.engine.experiment import (
@@ -14,10 +14,12 @@ from pytest_geo.engine.experiment import (
     RepeatedOutcome,
     run_repeats,
 )
+from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
 from pytest_geo.engine.prompts import PromptSet, load_prompts
 from pytest_geo.engine.runner import BoundedClient, Runner
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
+from pytest_geo.llm.prices import price_table
 from pytest_geo.llm.usage import UsageClient, UsageTable
 from pytest_geo.settings import Settings
 
@@ -42,9 +44,11 @@ class GeoSession:
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
         requests = REQUESTS_PER_ROW * settings.concurrency
-        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
+        prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
+        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings), prices)
         self.client: ChatClient = self.usage
         self.runner = Runner(settings.concurrency)
+        self.rows = RowTracker()  # rows started, finished and errored, for the progress line
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
 
     @functools.cached_property
@@ -72,10 +76,18 @@ class GeoSession:
     def scheduled(self, row: GeoRow) -> concurrent.futures.Future[Outcome] | None:
         return self._futures.get(row.key)
 
-    def _run(self, row: GeoRow) -> Awaitable[Outcome]:
-        if self.settings.repeats > 1:
-            return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
-        return self.engine.run(row)
+    async def _run(self, row: GeoRow) -> Outcome:
+        """Runs once the runner gave the row a slot: from here it is in flight."""
+        self.rows.started()
+        outcome: Outcome | None = None
+        try:
+            if self.settings.repeats > 1:
+                outcome = await run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
+            else:
+                outcome = await self.engine.run(row)
+            return outcome
+        finally:  # a cancelled row (-x, Ctrl-C) finishes without counting as an error
+            self.rows.finished(errored=outcome is not None and outcome.error is not None)
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
@@ -94,6 +106,10 @@ class GeoSession:
         if len(single) != len(outcomes):
             raise ValueError("evaluate() gives one outcome per row: use it with repeats = 1")
         return single
+
+    def progress(self, selected: int) -> Snapshot:
+        """Where the run is, read from the main thread while rows run."""
+        return snapshot(self.rows.counts, self.usage.usage, selected, priced=bool(self.usage.prices))
 
     def usage_table(self) -> UsageTable:
         """Model usage per role. Read it after `close`."""

@@ -2,19 +2,61 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.settings import Settings
 
 MISSING_KEY = (
-    "no model credentials: set OPENAI_API_KEY (and --geo-base-url or OPENAI_BASE_URL for an "
-    "OpenAI-compatible server), or run offline with the mock (pytest --geo-mock, egeo --mock, or GEO_EVAL_MOCK=1)"
+    "no model credentials: set OPENAI_API_KEY (and {base_url} or OPENAI_BASE_URL for an "
+    "OpenAI-compatible server), or run offline with the mock ({mock} or GEO_EVAL_MOCK=1)"
 )
+# The flags a message names, per front end: each names its own.
+PLUGIN_FLAGS = {"base_url": "--geo-base-url", "mock": "--geo-mock"}
+EGEO_FLAGS = {"base_url": "--base-url", "mock": "--mock"}
 
 
 class ClientSetupError(Exception):
-    """The client cannot be built; the message says how to fix it."""
+    """The client cannot be built; the message says how to fix it, naming the plugin's
+    flags unless a front end asks for its own (`naming`)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(template.format(**PLUGIN_FLAGS))
+        self.template = template
+
+    def naming(self, flags: dict[str, str]) -> str:
+        return self.template.format(**flags)
+
+
+# Sent to a local server when no key is set: the SDK refuses to start without one, and
+# local servers (vLLM, Ollama, llama.cpp) ignore it. Never sent anywhere else.
+PLACEHOLDER_KEY = "sk-no-key-local-server"
+
+
+def _local_host(url: str | None) -> str | None:
+    """The host when `url` points to this machine or a private network, else None."""
+    try:
+        host = urlsplit(url if url and "//" in url else f"//{url or ''}").hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if host == "localhost" or host.endswith(".localhost"):
+        return host
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return host if address.is_loopback or address.is_private or address.is_link_local else None
+
+
+def placeholder_key_host(settings: Settings) -> str | None:
+    """The local server a placeholder key goes to, when the run has no key of its own."""
+    if settings.mock or os.environ.get("OPENAI_API_KEY", "").strip():
+        return None
+    return _local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
 def build_client(settings: Settings) -> ChatClient:
@@ -23,6 +65,8 @@ def build_client(settings: Settings) -> ChatClient:
 
         return MockClient()
     api_key = os.environ.get("OPENAI_API_KEY", "").strip()
+    if not api_key and placeholder_key_host(settings) is not None:
+        api_key = PLACEHOLDER_KEY
     if not api_key:
         raise ClientSetupError(MISSING_KEY)
     from pytest_geo.llm.openai_client import OpenAIChatClient

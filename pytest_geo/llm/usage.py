@@ -2,16 +2,25 @@
 
 `calls` counts every request the engine made (re-asks included), `cache_hits` those the
 cache answered, `retries` the HTTP retries the SDK took, `errors` calls that failed for
-good; tokens are the ones a server reported, so cache hits add none.
+good; tokens are the ones a server reported, so cache hits add none to them: their
+tokens (stored with each cached answer) go to `cached_*_tokens` instead.
+
+Costs are counted as each answer arrives, from the price of the request's model:
+`cost_nanousd` for answers a server gave, `saved_nanousd` for what cache hits would have
+cost. `unpriced_calls` counts answers whose model has no price; a role with any shows
+tokens only (llm/prices.py: never a guessed cost).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.prices import PRICES_DATE, Price, dollars, format_dollars
 
-FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens")
+FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
+          "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -29,20 +38,75 @@ def merge_usage(total: UsageTable, other: Mapping[str, Mapping[str, int]]) -> Us
     return total
 
 
+def is_priced(counts: Mapping[str, int]) -> bool:
+    """Every answer of the role had a price (a role with no answers costs nothing)."""
+    return counts.get("unpriced_calls", 0) == 0
+
+
 def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
-    return [
-        f"{role}: calls={c['calls']} cache_hits={c['cache_hits']} retries={c['retries']} errors={c['errors']} "
-        f"prompt_tokens={c['prompt_tokens']} completion_tokens={c['completion_tokens']}"
-        for role, c in sorted(usage.items())
-    ]
+    lines = []
+    for role, c in sorted(usage.items()):
+        line = (f"{role}: calls={c['calls']} cache_hits={c['cache_hits']} retries={c['retries']} "
+                f"errors={c['errors']} prompt_tokens={c['prompt_tokens']} completion_tokens={c['completion_tokens']}")
+        if is_priced(c):
+            line += f" cost={format_dollars(c.get('cost_nanousd', 0))}"
+            if c["cache_hits"]:
+                line += f" saved_by_cache={format_dollars(c.get('saved_nanousd', 0))}"
+        lines.append(line)
+    return lines
+
+
+def total_cost(usage: Mapping[str, Mapping[str, int]]) -> tuple[int, int] | None:
+    """(cost, saved by the cache) in nano-dollars over every role; None when a role's
+    model has no price, since a partial sum would read as the run's cost."""
+    if not all(is_priced(c) for c in usage.values()):
+        return None
+    return (sum(c.get("cost_nanousd", 0) for c in usage.values()),
+            sum(c.get("saved_nanousd", 0) for c in usage.values()))
+
+
+def cost_json(usage: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    """The JSON report's `cost`: dollars per role and in total, null where unknown."""
+    total = total_cost(usage)
+    return {
+        "currency": "USD",
+        "prices_date": PRICES_DATE,
+        "total": dollars(total[0]) if total else None,
+        "saved_by_cache": dollars(total[1]) if total else None,
+        "roles": {
+            role: {"cost": dollars(c.get("cost_nanousd", 0)) if is_priced(c) else None,
+                   "saved_by_cache": dollars(c.get("saved_nanousd", 0)) if is_priced(c) else None}
+            for role, c in sorted(usage.items())
+        },
+        "unpriced_roles": unpriced_roles(usage),
+    }
+
+
+def cost_line(usage: Mapping[str, Mapping[str, int]], price_option: str = "the ini option geo_prices") -> str:
+    """The summary's total: what the run cost and what the cache saved, or which roles
+    have no price."""
+    total = total_cost(usage)
+    if total is None:
+        return (f"cost: unknown, no price for the model of {', '.join(unpriced_roles(usage))} "
+                f"(add it to {price_option}); tokens above")
+    line = f"cost: {format_dollars(total[0])} at list prices ({PRICES_DATE} table and geo_prices)"
+    if any(c.get("cache_hits", 0) for c in usage.values()):
+        line += f"; cache hits saved {format_dollars(total[1])}"
+    return line
+
+
+def unpriced_roles(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return sorted(role for role, c in usage.items() if not is_priced(c))
 
 
 class UsageClient:
     """Counts what passes through; every call runs on the runner's one event loop, so
-    plain integer updates need no lock."""
+    plain integer updates need no lock. `prices` is the run's price table (empty for the
+    mock, whose answers cost nothing)."""
 
-    def __init__(self, inner: ChatClient) -> None:
+    def __init__(self, inner: ChatClient, prices: Mapping[str, Price] | None = None) -> None:
         self.inner = inner
+        self.prices = dict(prices or {})
         self.usage: UsageTable = {}
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
@@ -54,12 +118,20 @@ class UsageClient:
             counts["errors"] += 1
             counts["retries"] += exc.retries
             raise
+        price = self.prices.get(request.model)
+        cost = price.nanodollars(response.prompt_tokens, response.completion_tokens) if price else 0
+        if price is None:
+            counts["unpriced_calls"] += 1
         if response.cached:
             counts["cache_hits"] += 1
+            counts["cached_prompt_tokens"] += response.prompt_tokens
+            counts["cached_completion_tokens"] += response.completion_tokens
+            counts["saved_nanousd"] += cost
         else:
             counts["retries"] += response.retries
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
+            counts["cost_nanousd"] += cost
         return response
 
     async def aclose(self) -> None:

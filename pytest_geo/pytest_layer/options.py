@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
     any_int,
     min_score,
     non_negative_int,
     positive_float,
     positive_int,
+    progress_mode,
     split_mode,
     temperature,
 )
@@ -43,6 +45,9 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "max_retries": ("geo_max_retries", "geo_max_retries", non_negative_int),
     "split": ("geo_split", "geo_split", split_mode),
     "repeats": ("geo_repeats", "geo_repeats", positive_int),
+    "limit": ("geo_limit", "geo_limit", positive_int),
+    "sample": ("geo_sample", "geo_sample", positive_int),
+    "progress": ("geo_progress", "geo_progress", progress_mode),
 }
 
 
@@ -93,6 +98,16 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-repeats", type=positive_int, default=None, metavar="K",
                     help="run each GEO row K times, each with its own seeded candidate order, and "
                          "average them (ini: geo_repeats; default: 1).")
+    group.addoption("--geo-limit", type=positive_int, default=None, metavar="N",
+                    help="run only the first N rows of each dataset; the others are deselected "
+                         "(ini: geo_limit).")
+    group.addoption("--geo-sample", type=positive_int, default=None, metavar="N",
+                    help="run N rows of each dataset drawn with --geo-seed, the same ones on every run "
+                         "and under xdist; the others are deselected (ini: geo_sample).")
+    group.addoption("--geo-progress", type=progress_mode, default=None, metavar="auto|on|off",
+                    help="a status line of rows done, in flight, errors, retries, tokens, cost and ETA "
+                         "while a row holds back pytest's output: redrawn on a terminal, a plain line at "
+                         "most every 10 s elsewhere; auto (default) is off under -q -q (ini: geo_progress).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
     group.addoption("--geo-fail-on-regression", action="store_true", default=False,
@@ -116,6 +131,11 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
+    parser.addini("geo_prices", "model prices in dollars per million tokens, one "
+                  "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
+    parser.addini("geo_progress", "the live status line: auto, on or off", default="")
+    parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
+    parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
 
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
@@ -138,8 +158,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["prompts_dir"] = prompts_dir(config)
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
+    given["prices"] = _prices(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
     return build_settings(given, models)
+
+
+def _prices(config: pytest.Config) -> dict[str, Price]:
+    from pytest_geo.llm.prices import PriceError, parse_price_lines
+
+    try:
+        return parse_price_lines(config.getini("geo_prices"))
+    except PriceError as exc:
+        raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
 
 
 def prompts_dir(config: pytest.Config) -> Path:

@@ -14,6 +14,7 @@ from pytest_geo.settings import Settings
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
     from pytest_geo.pytest_layer.lookahead import WorkerLookahead
+    from pytest_geo.pytest_layer.progress import PluginProgress
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION: pytest.StashKey[GeoSession | None] = pytest.StashKey()
@@ -21,6 +22,7 @@ RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey[set[Path]]()
 LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
+PROGRESS: pytest.StashKey[PluginProgress | None] = pytest.StashKey()
 
 
 def settings_of(config: pytest.Config) -> Settings:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_geo.llm.usage import usage_lines
+from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.pytest_layer.state import settings_of
 from pytest_geo.report.html import write_html_report
 from pytest_geo.report.json_report import build_report, write_json_atomic
@@ -35,14 +35,14 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
     if results.empty:
         return
     terminalreporter.write_sep("=", "pytest-geo evaluation")
-    path = config.getoption("geo_report")
-    if path:
-        terminalreporter.write_line(f"report written to {path}")
     if results.usage:
         terminalreporter.write_line("model usage:")
         for line in usage_lines(results.usage):
             terminalreporter.write_line(f"  {line}")
-    if config.getoption("geo_html"):
-        terminalreporter.write_line(f"HTML report written to {config.getoption('geo_html')}")
-    for line in terminal_lines(results, show_split=settings_of(config).split == "all"):
+        if not settings_of(config).mock:  # the mock costs nothing
+            terminalreporter.write_line(cost_line(results.usage))
+    # Where the reports went, together after the metrics (the Evals: block stays last).
+    written = [f"{kind} written to {path}" for kind, path in
+               (("report", config.getoption("geo_report")), ("HTML report", config.getoption("geo_html"))) if path]
+    for line in terminal_lines(results, show_split=settings_of(config).split == "all", written=written):
         terminalreporter.write_line(line)

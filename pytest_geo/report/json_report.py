@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import is_scored
+from pytest_geo.llm.usage import cost_json
 from pytest_geo.report.results import (
     REPORT_FORMAT_VERSION,
     Results,
@@ -44,6 +45,7 @@ def _build_report(results: Results) -> dict[str, Any]:
         "rows": sorted((r for r in results.records if is_scored(r)), key=order),
         "problems": sorted(results.problems, key=order),
         "usage": results.usage,
+        "cost": cost_json(results.usage),
     }
 
 

@@ -3,7 +3,7 @@ baseline comparison, then Kedi's `Evals:` block, last."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
@@ -26,8 +26,9 @@ def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
             f"{stats['moved_down']:.2f} sign_test_p={format_p(stats['sign_test_p'])}")
 
 
-def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
-    """The GEO block, threshold verdicts, then Kedi's `Evals:` block, last."""
+def terminal_lines(results: Results, show_split: bool = False, written: Sequence[str] = ()) -> list[str]:
+    """The GEO block, threshold verdicts, where the reports were `written`, then Kedi's
+    `Evals:` block, last."""
     lines = []
     for name, suite in results.geo_suite_results().items():
         lines += [format_geo_line(name, suite.summary), format_stats_line(suite.summary, suite.scores)]
@@ -42,6 +43,7 @@ def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
             f"below its threshold {failed.threshold:.4f}"
         )
     lines += baseline_lines(results)
+    lines += written
     lines.append("Evals:")
     for suite in results.suites():
         split = f" [{suite.split}]" if show_split else ""

@@ -1,0 +1,113 @@
+"""The live status line, shared by the plugin (on pytest's terminal) and `egeo` (on
+stderr):
+
+    geo: 31/80 rows done, eta 42s, 16 in flight, 1 error, 2 retries, 41.2k tokens, $0.01230
+
+It shows only while the main thread waits for a row (a row holding back pytest's
+output), and is gone before anything else is written. On a terminal it is one line
+redrawn in place at most twice a second, the way pytest redraws `collecting ...`: when
+the cursor is mid-line (pytest's progress dots) it goes on the line below and, once the
+row is in, is erased and the cursor put back where pytest left it. Elsewhere (CI logs)
+it is a plain line, at most one every `PLAIN_EVERY` seconds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_geo.llm.prices import format_dollars
+
+if TYPE_CHECKING:
+    from pytest_geo.engine.progress import Snapshot
+
+TICK = 0.5  # at most two redraws a second
+PLAIN_EVERY = 10.0  # seconds between plain lines
+
+CLEAR_TO_END = "\x1b[K"
+UP = "\x1b[1A"
+
+
+class Output(Protocol):
+    """Where the line goes. `write_raw` must bypass any line tracking of its owner (the
+    line is erased before the owner writes again); `column` is where the owner's cursor
+    sits on its current line."""
+
+    def write_raw(self, text: str) -> None: ...
+
+    def line(self, text: str) -> None: ...
+
+    def column(self) -> int: ...
+
+    def width(self) -> int: ...
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1_000_000:.1f}M" if n >= 1_000_000 else f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def status_text(s: Snapshot) -> str:
+    """Most telling first: a narrow terminal cuts the end of the line."""
+    eta = s.eta
+    parts = [f"geo: {s.done}/{s.selected} rows done", f"eta {_duration(eta)}" if eta is not None else "eta ?",
+             f"{s.in_flight} in flight", _plural(s.errors, "error"),
+             f"{s.retries} {'retry' if s.retries == 1 else 'retries'}", f"{_count(s.tokens)} tokens"]
+    if s.cost_nanousd is not None:
+        parts.append(format_dollars(s.cost_nanousd))
+    return ", ".join(parts)
+
+
+class ProgressDisplay:
+    def __init__(self, output: Output, tty: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.output = output
+        self.tty = tty
+        self.clock = clock
+        self.last_plain = clock()  # the first plain line comes PLAIN_EVERY after the start
+        self._below: int | None = None  # on a terminal, while drawn: the column to return to
+
+    def wait(self, future: concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
+        """Wait for `future`, showing `text()` while it holds the caller back; the line
+        is erased before this returns (also on Ctrl-C)."""
+        try:
+            while not concurrent.futures.wait([future], timeout=TICK).done:
+                self._show(text)
+        finally:
+            self.clear()
+
+    def _show(self, text: Callable[[], str]) -> None:
+        if not self.tty:
+            now = self.clock()
+            if now - self.last_plain >= PLAIN_EVERY:
+                self.last_plain = now
+                self.output.line(text())
+            return
+        line = text()[: max(self.output.width() - 1, 10)]  # never wraps, so one erase clears it
+        if self._below is None:
+            self._below = self.output.column()
+            self.output.write_raw(("\n\r" if self._below else "\r") + line + CLEAR_TO_END)
+        else:
+            self.output.write_raw("\r" + line + CLEAR_TO_END)
+
+    def clear(self) -> None:
+        if self._below is None:
+            return
+        column, self._below = self._below, None
+        back = f"{UP}\x1b[{column}C" if column else ""
+        self.output.write_raw("\r" + CLEAR_TO_END + back)
