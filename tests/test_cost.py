@@ -111,3 +111,17 @@ def test_dollars_are_readable_at_every_size() -> None:
     assert format_dollars(12_345_678) == "$0.01235"  # four significant digits below $10
     assert format_dollars(1_500) == "$0.000001500"
     assert format_dollars(12_345_000_000_000) == "$12,345.00"
+
+
+def test_the_html_report_shows_cost_per_role_and_in_total(served_project: GeoProject) -> None:
+    served_project.run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local", "--geo-report", "r.json",
+                       "--geo-html", "r.html").assert_outcomes(passed=2)
+    data = report(served_project, "r.json")
+    page = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")
+    usage = page[page.index("<h2>Model usage and cost</h2>"):]
+    usage = usage[:usage.index("</table>")]
+    ranker = usage[usage.index("<td>ranker</td>"):].split("</tr>")[0]
+    rewriter = usage[usage.index("<td>rewriter</td>"):].split("</tr>")[0]
+    assert f">{data['usage']['ranker']['prompt_tokens']}<" in ranker and "$" not in ranker  # no price: tokens only
+    assert f"${data['cost']['roles']['rewriter']['cost']:.6f}".rstrip("0") in rewriter
+    assert "total unknown: no price for ranker" in page

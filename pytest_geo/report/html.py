@@ -82,6 +82,9 @@ def _fixed(decimals: int = 4, sign: bool = False) -> Callable[[Any], str]:
     return show
 
 
+USAGE_COLUMNS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens")
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "\n".join("<tr>" + "".join(r) + "</tr>" for r in rows)
@@ -224,6 +227,27 @@ def rows_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+def _usage_table(report: Mapping[str, Any]) -> str:
+    """Calls, tokens and dollars per role (a role whose model has no price shows tokens
+    only), then the total."""
+    cost = report.get("cost") or {}
+    roles = cost.get("roles") or {}
+
+    def money(value: Any) -> str:
+        return "" if value is None else f"${value:.6f}".rstrip("0").rstrip(".")
+
+    rows = []
+    for role, counts in sorted((report.get("usage") or {}).items()):
+        priced = roles.get(role) or {}
+        rows.append([_cell(role)] + [_cell(counts.get(name, 0), "num") for name in USAGE_COLUMNS]
+                    + [_cell(priced.get("cost"), "num", money), _cell(priced.get("saved_by_cache"), "num", money)])
+    total = cost.get("total")
+    note = (f"total {money(total)} at list prices ({cost.get('prices_date', '')})" if total is not None
+            else "total unknown: no price for " + ", ".join(cost.get("unpriced_roles") or ["the mock"]))
+    headers = ("role", *(name.replace("_", " ") for name in USAGE_COLUMNS), "cost", "saved by cache")
+    return _table(headers, rows, "usage") + f'<p class="meta">{escape(note)}</p>'
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     meta = report.get("metadata") or {}
     rows = report.get("rows", [])
@@ -261,6 +285,8 @@ def render_html(report: Mapping[str, Any]) -> str:
             "suites",
         ),
     ]
+    if report.get("usage"):
+        parts += ["<h2>Model usage and cost</h2>", _usage_table(report)]
     if report.get("baseline"):
         parts += [
             f"<h2>Against the baseline {escape(str(report['baseline'].get('path', '')))}</h2>",
