@@ -91,6 +91,9 @@ class Settings:
     split: str = "test"
     strict_facts: bool = False
     repeats: int = 1
+    # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
+    # user template, or a directory of rewriter prompts (engine/variants.py). Empty: none.
+    variants: dict[str, Path] = field(default_factory=dict)
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
