@@ -42,7 +42,7 @@ class VariantPair:
         text = (f"  {self.better} - {self.worse}: n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
                 f"ci95={format_ci(self.ci95)} sign_test_p={format_p(p.sign_test_p)} "
                 f"({p.up} better, {p.down} worse, {p.n - p.up - p.down} tied)")
-        return text + (f"; {self.excluded} rows with an error left out" if self.excluded else "")
+        return text + (f"; {self.excluded} row(s) with an error left out" if self.excluded else "")
 
 
 @dataclass(frozen=True)
