@@ -4,6 +4,7 @@ each raises `argparse.ArgumentTypeError` with a message that names the bad value
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -72,3 +73,19 @@ def min_score(text: str) -> tuple[str, float]:
         return suite, float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+
+
+# Safe in node ids (`q1[NAME]`), in `-k` expressions and in `--geo-min-score SUITE[NAME]=X`.
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def variant(text: str) -> tuple[str, str]:
+    """`NAME=PATH` (spaces around `=` allowed, as in the ini's `NAME = PATH` lines)."""
+    name, sep, path = text.partition("=")
+    name, path = name.strip(), path.strip()
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH")
+    if not VARIANT_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: variant name {name!r} may use only letters, digits, '_', '.' and '-'")
+    return name, path

@@ -70,6 +70,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "geo: a GEO rank-experiment row collected by pytest-geo")
     config.stash[SETTINGS] = settings_from_config(config)
+    _check_variants(config)
     config.stash[SESSION] = None
     config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
     config.stash[REGISTERED_MARKERS] = set()
@@ -82,6 +83,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
         config.pluginmanager.register(LookaheadControllerHooks(config), "geo-xdist-lookahead")
+
+
+def _check_variants(config: pytest.Config) -> None:
+    """A broken variant template stops the run at start, naming its file (the rows of a
+    run are never half scored with a strategy that cannot run)."""
+    variants = settings_of(config).variants
+    if not variants:
+        return
+    from pytest_geo.engine.variants import load_variants
+    from pytest_geo.templates import PromptError
+
+    try:
+        load_variants(variants)
+    except PromptError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _load_baseline(config: pytest.Config) -> None:
@@ -147,7 +163,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from pytest_geo.templates import PromptError
 
         try:
-            geo_session_of(session.config).engine  # noqa: B018 (built for its errors)
+            geo = geo_session_of(session.config)
+            geo.engine  # noqa: B018 (built for its errors)
+            geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
         except PromptError as exc:
             raise pytest.UsageError(str(exc)) from None
 

@@ -97,6 +97,9 @@ class Settings:
     sample: int | None = None  # N rows of each dataset drawn with the seed
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
+    # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
+    # user template, or a directory of rewriter prompts (engine/variants.py). Empty: none.
+    variants: dict[str, Path] = field(default_factory=dict)
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

@@ -218,3 +218,68 @@ def test_a_long_report_shows_a_page_of_rows_at_a_time(page: Any, tmp_path: Path,
     page.locator("#show-more").click()
     assert page.locator("#rows-table tbody tr.row").count() == 450
     assert page.locator("#show-more").is_hidden()
+
+
+VARIANT_CONFTEST = '''
+import json
+from pytest_geo.llm.base import ChatResponse
+from pytest_geo.llm.mock import MockClient
+
+class Strategies(MockClient):
+    """A template saying KEEP leaves the description as it is."""
+    async def complete(self, request):
+        if request.role == "rewriter" and "KEEP" in request.context["template"]:
+            return ChatResponse(text=json.dumps({"rewritten_description": request.context["description"]}))
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return Strategies()
+'''
+
+
+@pytest.fixture(scope="module")
+def variant_reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """variants.html/.json: two variants (keep, signal) over 4 smoke rows and a hostile one, 2 repeats."""
+    directory = tmp_path_factory.mktemp("browser-variants")
+    copy_prompts(directory / "prompts")
+    lines = SMOKE.read_text(encoding="utf-8").splitlines()[:4] + [json.dumps(HOSTILE)]
+    (directory / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (directory / "conftest.py").write_text(VARIANT_CONFTEST, encoding="utf-8")
+    (directory / "keep.txt").write_text("KEEP\n{{title}}\n{{description}}\n", encoding="utf-8")
+    run_plugin(directory, "variants", "--geo-variant", "keep=keep.txt", "--geo-variant",
+               "signal=prompts/rewriter_user.txt", "--geo-repeats", "2")
+    return directory
+
+
+def test_variants_best_first_with_their_pairs(page: Any, variant_reports: Path) -> None:
+    open_report(page, variant_reports / "variants.html")
+    report = json.loads((variant_reports / "variants.json").read_text(encoding="utf-8"))
+    [comparison] = report["variants"]
+    names = page.locator("table.variants tbody tr td:nth-child(2)").all_inner_texts()
+    assert names == [v["variant"] for v in comparison["variants"]] == ["signal", "keep"]
+    [pair] = comparison["pairs"]
+    cells = page.locator("table.variant-pairs tbody tr td").all_inner_texts()
+    assert cells[:3] == ["signal", "keep", str(pair["n"])]
+    assert cells[3] == f"{pair['mean_diff']:+.4f}"
+    assert page.locator("table.noise tbody tr").count() == 2  # the judge's noise, per variant
+
+
+def test_one_rows_rewrites_side_by_side_across_variants(page: Any, variant_reports: Path) -> None:
+    open_report(page, variant_reports / "variants.html")
+    rows = {r["nodeid"]: r for r in report_rows(variant_reports, "variants.json")}
+    options = page.locator("#variant-row option").all_inner_texts()
+    assert options == [f"rows.jsonl::{q}" for q in ("q1", "q2", "q3", "q4", "x1")]
+    side = page.locator("#variant-side tbody tr")
+    assert [side.nth(i).get_attribute("data-variant") for i in range(side.count())] == ["signal", "keep"]
+    signal, keep = rows["rows.jsonl::q1[signal]"], rows["rows.jsonl::q1[keep]"]
+    assert side.nth(0).locator("td").nth(4).text_content() == signal["rewritten_description"]
+    assert side.nth(0).locator("ins").all_text_contents() == ["Top match for your search. "]
+    assert side.nth(1).locator("td").nth(4).text_content() == keep["rewritten_description"]
+    assert side.nth(1).locator("ins, del").count() == 0  # kept as it was: nothing marked
+    assert side.nth(0).locator("td").nth(3).inner_text() == f"{signal['rank_improvement']:g}"
+    page.locator("#variant-row").select_option(label="rows.jsonl::x1")  # the hostile row, as text
+    assert "window.pwned" in side.nth(1).locator("td").nth(4).text_content()
+    assert page.locator("#variant-side b, #variant-side script").count() == 0
+    assert page.evaluate("window.pwned") is None
+    assert page.locator("#variant-query").inner_text() == HOSTILE["query"]

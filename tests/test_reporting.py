@@ -329,8 +329,9 @@ def test_html_report_is_self_contained_well_formed_and_escaped(geo_project: pyte
     bars = [attrs for tag, attrs in checker.tags if tag == "rect" and attrs.get("height") not in (None, "10", "0.0")]
     assert len(bars) >= 3  # the +2 histogram bar, the before bars at rank 3/4, the after bar at rank 1
     tables = [attrs.get("class") for tag, attrs in checker.tags if tag == "table"]
-    assert tables == ["suites", "rows"]
-    assert sum(1 for tag, attrs in checker.tags if tag == "tr") == 1 + 2 + 1  # suites header+2, rows header
+    assert tables == ["suites", "usage", "rows"]
+    # suites header + 2, usage header + ranker and rewriter, rows header
+    assert sum(1 for tag, attrs in checker.tags if tag == "tr") == 1 + 2 + 1 + 2 + 1
     assert len(rows) == 9 and "addEventListener" in blobs[None]  # the sortable table
 
 

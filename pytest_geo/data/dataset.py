@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     import jsonschema
 
 MAX_MESSAGE = 200
-RowKey = tuple[str, int]  # (dataset path, line): where a row comes from, unique in a run
+SourceKey = tuple[str, int]  # (dataset path, line): where a row comes from, unique in a run
+RowKey = tuple[str, int, str | None]  # and the variant it runs with (--geo-variant; None without)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class GeoRow:
     target_id: str
     query_id: str | None
     target_was_chosen: bool = False
+    variant: str | None = None  # the rewriting strategy this row runs with (--geo-variant)
 
     @property
     def target(self) -> Candidate:
@@ -47,8 +49,12 @@ class GeoRow:
         return self.query_id if self.query_id is not None else f"line{self.line}"
 
     @property
-    def key(self) -> RowKey:
+    def source_key(self) -> SourceKey:
         return (self.path, self.line)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.path, self.line, self.variant)
 
 
 @dataclass(frozen=True)

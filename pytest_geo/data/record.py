@@ -54,6 +54,7 @@ class OutcomeFields(TypedDict, total=False):
     error: str | None
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
+    judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
     calls: list[ModelCall]
 
 
@@ -70,6 +71,8 @@ class RowRecord(_Where, OutcomeFields, total=False):
     index: int
     input: str
     problem: str
+    variant: str  # geo rows under --geo-variant: the rewriting strategy; `suite` is then `<suite>[<variant>]`
+    variant_of: str  # and the suite the variants are compared within
 
 
 def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str, line: int,
@@ -83,8 +86,12 @@ def geo_record(row: GeoRow, outcome: OutcomeFields, *, suite: str, split: str, n
     """A GEO row's record, for the plugin's items and `egeo evaluate` alike."""
     base = where("geo", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=row.line,
                  threshold=threshold)
-    return RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen, query=row.query,
-                     original_description=row.target.description)
+    record = RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen, query=row.query,
+                       original_description=row.target.description)
+    if row.variant is not None:
+        record["variant"] = row.variant
+        record["variant_of"] = suite.removesuffix(f"[{row.variant}]")
+    return record
 
 
 def suite_record(base: RowRecord, index: int, input: str, score: float, feedback: str,

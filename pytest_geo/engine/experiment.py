@@ -16,6 +16,7 @@ from pytest_geo.data.record import ModelCall, OutcomeFields
 from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.shared_rank import Ranked, SharedRanks
 from pytest_geo.llm.base import ChatClient, ChatRequest
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
@@ -322,13 +323,54 @@ class RepeatedOutcome:
             feedback=self.feedback,
             error=self.error,
             repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
+            judge_noise=judge_noise([o.rank_before for o in runs]),
         )
 
 
-async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int) -> RepeatedOutcome:
-    """`engine.run` once per repeat on a shuffled copy of the row (the same order before
-    and after within a repeat), to average out the ranker's position bias."""
+def judge_noise(ranks_before: list[int | None]) -> float | None:
+    """How much the judge alone moves the target: the mean absolute deviation of its
+    rank_before over the repeats' candidate orders (nothing but the order changed).
+    None with fewer than two known ranks."""
+    known = [float(r) for r in ranks_before if r is not None]
+    if len(known) < 2:
+        return None
+    mean = sum(known) / len(known)
+    return sum(abs(r - mean) for r in known) / len(known)
+
+
+RunOne = Callable[[GeoRow, int], Awaitable[GeoOutcome]]
+
+
+async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int,
+                      run: RunOne | None = None) -> RepeatedOutcome:
+    """`engine.run` (or `run(ordered_row, repeat)`) once per repeat on a shuffled copy of
+    the row (the same order before and after within a repeat), to average out the
+    ranker's position bias. The order depends on the row and repeat, never the variant:
+    every variant of a row sees the same K orders."""
     orders = [repeat_order(seed, row, i) for i in range(repeats)]
-    outcomes = await asyncio.gather(*(engine.run(replace(row, candidates=order)) for order in orders))
+    run_one: RunOne = run or (lambda ordered, _: engine.run(ordered))
+    outcomes = await asyncio.gather(*(run_one(replace(row, candidates=order), i) for i, order in enumerate(orders)))
     return RepeatedOutcome(row.query_id, row.target_id,
                            tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes, strict=True)))
+
+
+async def _ranked_before(engine: GeoEngine, row: GeoRow) -> Ranked:
+    calls: list[ModelCall] = []
+    rank = await engine.rank(row, row.candidates, calls, "rank_before")
+    return rank, tuple(calls)
+
+
+async def run_variant(engine: GeoEngine, row: GeoRow, prompts: PromptSet, shared: SharedRanks,
+                      repeat: int = 0) -> GeoOutcome:
+    """One variant of a row: its own rewrite and rank_after, with rank_before shared by
+    every variant of the row (and repeat). The shared calls head each variant's
+    transcript, so every variant's row reads as a whole experiment."""
+    before_calls: list[ModelCall] = []
+
+    async def before() -> int:
+        rank, calls = await shared.rank(row, repeat, lambda: _ranked_before(engine, row))
+        before_calls.extend(ModelCall(**c) for c in calls)
+        return rank
+
+    outcome = await engine.run(row, prompts, before())
+    return replace(outcome, calls=(*before_calls, *outcome.calls))

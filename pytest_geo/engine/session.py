@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 
 from pytest_geo.data.dataset import GeoRow, RowKey
 from pytest_geo.engine.experiment import (
@@ -13,10 +13,13 @@ from pytest_geo.engine.experiment import (
     GeoOutcome,
     RepeatedOutcome,
     run_repeats,
+    run_variant,
 )
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
 from pytest_geo.engine.prompts import PromptSet, load_prompts
 from pytest_geo.engine.runner import BoundedClient, Runner
+from pytest_geo.engine.shared_rank import SharedRanks
+from pytest_geo.engine.variants import load_variants
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
 from pytest_geo.llm.prices import price_table
@@ -50,6 +53,7 @@ class GeoSession:
         self.runner = Runner(settings.concurrency)
         self.rows = RowTracker()  # rows started, finished and errored, for the progress line
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
+        self.shared_ranks = SharedRanks()  # rank_before per row, shared by its variants
 
     @functools.cached_property
     def prompts(self) -> PromptSet:
@@ -62,6 +66,12 @@ class GeoSession:
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts)
 
+    @functools.cached_property
+    def variant_prompts(self) -> dict[str, PromptSet]:
+        """Each --geo-variant's prompt set (the run's, with the variant's rewriter prompts);
+        raises PromptError naming the variant's file."""
+        return {v.name: v.prompts(self.prompts) for v in load_variants(self.settings.variants)}
+
     def schedule(self, row: GeoRow) -> concurrent.futures.Future[Outcome]:
         return self.schedule_many([row])[0]
 
@@ -69,9 +79,18 @@ class GeoSession:
         """Schedule rows not yet scheduled, with one hand-over to the runner's loop."""
         rows = list(rows)
         fresh = [row for row in rows if row.key not in self._futures]
+        for row in fresh:
+            if row.variant is not None:
+                self.shared_ranks.expect(row)  # before any variant of the row can finish
         futures = self.runner.submit_many([functools.partial(self._run, row) for row in fresh])
         self._futures.update((row.key, future) for row, future in zip(fresh, futures, strict=True))
+        for row, future in zip(fresh, futures, strict=True):
+            if row.variant is not None:
+                future.add_done_callback(functools.partial(self._variant_done, row))
         return [self._futures[row.key] for row in rows]
+
+    def _variant_done(self, row: GeoRow, _: concurrent.futures.Future[Outcome]) -> None:
+        self.shared_ranks.release(row)  # finished, failed or cancelled: one user fewer
 
     def scheduled(self, row: GeoRow) -> concurrent.futures.Future[Outcome] | None:
         return self._futures.get(row.key)
@@ -81,13 +100,21 @@ class GeoSession:
         self.rows.started()
         outcome: Outcome | None = None
         try:
-            if self.settings.repeats > 1:
-                outcome = await run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
-            else:
-                outcome = await self.engine.run(row)
+            outcome = await self._experiment(row)
             return outcome
         finally:  # a cancelled row (-x, Ctrl-C) finishes without counting as an error
             self.rows.finished(errored=outcome is not None and outcome.error is not None)
+
+    def _experiment(self, row: GeoRow) -> Awaitable[Outcome]:
+        if row.variant is not None:
+            prompts = self.variant_prompts[row.variant]
+            if self.settings.repeats > 1:
+                return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed,
+                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i))
+            return run_variant(self.engine, row, prompts, self.shared_ranks)
+        if self.settings.repeats > 1:
+            return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
+        return self.engine.run(row)
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so

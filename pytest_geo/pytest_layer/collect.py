@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,19 @@ from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 
 def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: str, split: str,
                threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
+    variants = list(settings_of(parent.config).variants)
     for name, line in zip(row_names(lines), lines, strict=True):
         node_name = name_format.format(name)
-        if isinstance(line, RowProblem):
+        if isinstance(line, RowProblem):  # one failure per malformed line, whatever the variants
             yield GeoProblemItem.from_parent(parent, name=node_name, problem=line, suite=suite, split=split,
                                              threshold=threshold)
+        elif variants:
+            # One item per variant, adjacent, so a row's variants run (and share rank_before)
+            # together; each variant is its own suite `<suite>[<variant>]` for thresholds.
+            for variant in variants:
+                yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]",
+                                             row=replace(line, variant=variant), suite=f"{suite}[{variant}]",
+                                             split=split, threshold=threshold)
         else:
             yield GeoRowItem.from_parent(parent, name=node_name, row=line, suite=suite, split=split,
                                          threshold=threshold)

@@ -19,6 +19,7 @@ from pytest_geo.options import (
     progress_mode,
     split_mode,
     temperature,
+    variant,
 )
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
@@ -115,6 +116,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "(paired sign test p < 0.05 and mean difference < 0).")
     group.addoption("--geo-html", metavar="PATH", default=None,
                     help="write a self-contained HTML report to PATH.")
+    group.addoption("--geo-variant", type=variant, action="append", default=[], metavar="NAME=PATH",
+                    help="compare rewriting strategies in one run; repeatable. PATH is a rewriter user "
+                         "template, or a directory whose rewriter_*.txt override the run's prompts. Each row "
+                         "runs once per variant (node id <dataset>::<row>[NAME]), sharing rank_before "
+                         "(ini: geo_variants, one NAME = PATH a line; the command line replaces them).")
 
     parser.addini("geo_suite_files", "glob patterns of YAML suite files", type="args", default=["*.geo.yaml"])
     parser.addini("geo_split", "suite rows to score: test, train or all", default="")
@@ -136,6 +142,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_progress", "the live status line: auto, on or off", default="")
     parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
     parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
+    parser.addini("geo_variants", "rewriting strategies to compare, one NAME = PATH a line (PATH relative to "
+                  "the rootdir)", type="linelist", default=[])
 
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
@@ -159,6 +167,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
     given["prices"] = _prices(config)
+    given["variants"] = variant_paths(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
     return build_settings(given, models)
 
@@ -170,6 +179,26 @@ def _prices(config: pytest.Config) -> dict[str, Price]:
         return parse_price_lines(config.getini("geo_prices"))
     except PriceError as exc:
         raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
+
+
+def variant_paths(config: pytest.Config) -> dict[str, Path]:
+    """--geo-variant (relative to the invocation directory), else the ini's geo_variants
+    lines (relative to the rootdir), in the order given; a name given twice is an error.
+    Only the shape is checked here: the templates are read at start (engine/variants.py)."""
+    named: list[tuple[str, str]] = config.getoption("geo_variant")
+    base, source = config.invocation_params.dir, "--geo-variant"
+    if not named:
+        base, source = config.rootpath, "ini option geo_variants"
+        try:
+            named = [variant(line) for line in config.getini("geo_variants") if line.strip()]
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"{source}: {exc}") from None
+    variants: dict[str, Path] = {}
+    for name, path in named:
+        if name in variants:
+            raise pytest.UsageError(f"{source}: variant {name!r} is given twice")
+        variants[name] = base / path
+    return variants
 
 
 def prompts_dir(config: pytest.Config) -> Path:

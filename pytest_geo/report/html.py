@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
+from pytest_geo.report.html_variants import noise_section, side_by_side_section, variants_section
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
 from pytest_geo.report.viewer_data import script_json, viewer_data
 
@@ -50,7 +51,8 @@ tr.detail>td{background:#fafafa}
 .transcript .role{font-size:12px;color:#555;font-weight:600}
 .transcript pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.35 ui-monospace,monospace}
 .controls{display:flex;gap:16px;align-items:center;margin:8px 0}
-.bad{color:#b00020}.meta{color:#555}
+.bad{color:#b00020}.meta{color:#555}.good{color:#1b7f3b;font-weight:600}
+h3{font-size:14px;margin:16px 0 4px}
 .figures{display:flex;flex-wrap:wrap;gap:24px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 """
@@ -307,6 +309,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "baseline",
             ),
         ]
+    parts += [*variants_section(report), *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",
@@ -315,7 +318,7 @@ def render_html(report: Mapping[str, Any]) -> str:
             before_after_svg(geo_rows),
             "</div>",
         ]
-    parts += [*rows_section(rows), "</body></html>", ""]
+    parts += [*side_by_side_section(report), *rows_section(rows), "</body></html>", ""]
     return "\n".join(parts)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import is_scored
 from pytest_geo.llm.usage import cost_json
+from pytest_geo.report.noise import noise_floors
 from pytest_geo.report.results import (
     REPORT_FORMAT_VERSION,
     Results,
@@ -17,6 +18,7 @@ from pytest_geo.report.results import (
     order,
     statistics,
 )
+from pytest_geo.report.variants import compare_variants
 
 
 def build_report(results: Results) -> dict[str, Any]:
@@ -25,6 +27,14 @@ def build_report(results: Results) -> dict[str, Any]:
         "overall": statistics(results.geo_overall(), results.geo_scores(), True),
         "datasets": {name: statistics(s.summary, s.scores, True) for name, s in results.geo_suite_results().items()},
     }
+    floors = noise_floors(results.records)
+    for suite in report["suites"]:  # with --geo-repeats K >= 2: the judge's noise floor
+        floor = floors.get((suite["suite"], suite["split"]))
+        if floor is not None:
+            suite.update(floor.as_json())
+    comparisons = compare_variants(results.records, results.suites())
+    if comparisons:
+        report["variants"] = [c.as_json() for c in comparisons]
     if results.metadata is not None:
         report["metadata"] = results.metadata
     if results.baseline is not None:

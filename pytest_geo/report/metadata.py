@@ -65,6 +65,7 @@ def run_metadata(settings: Settings, started: float, duration: float) -> dict[st
         "prompts_sha256": prompt_hashes(settings.prompts_dir),
         "seed": settings.seed,
         "repeats": settings.repeats,
+        "variants": {name: str(path) for name, path in settings.variants.items()},
         "versions": versions(),
         "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from pytest_geo.report.noise import NoiseFloor, noise_floors
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
     GEO_METRICS,
@@ -12,12 +13,21 @@ from pytest_geo.report.results import (
     fact_violation_rate,
     statistics,
 )
+from pytest_geo.report.variants import compare_variants
 from pytest_geo.scoring import Summary
 
 
-def format_geo_line(label: str, summary: Summary) -> str:
+def format_geo_line(label: str, summary: Summary, noise: NoiseFloor | None = None) -> str:
+    """The E-GEO metrics; with repeats, the judge's noise beside the gain it qualifies."""
     metrics = summary.as_geo()
-    return f"{label}: n={metrics['n']} " + " ".join(f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:])
+
+    def shown(name: str) -> str:
+        text = f"{name}={float(metrics[name]):.4f}"
+        if name == "avg_rank_improvement" and noise is not None:
+            text += f" (judge noise {noise.mean:.4f})"
+        return text
+
+    return f"{label}: n={metrics['n']} " + " ".join(shown(name) for name in GEO_METRICS[1:])
 
 
 def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
@@ -30,10 +40,16 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
     """The GEO block, threshold verdicts, where the reports were `written`, then Kedi's
     `Evals:` block, last."""
     lines = []
+    floors = noise_floors(results.records)
     for name, suite in results.geo_suite_results().items():
-        lines += [format_geo_line(name, suite.summary), format_stats_line(suite.summary, suite.scores)]
+        noise = floors.get((name, suite.split))
+        lines += [format_geo_line(name, suite.summary, noise), format_stats_line(suite.summary, suite.scores)]
+        if noise is not None:
+            lines.append(noise.summary())
     if len(results.geo_suites()) > 1:
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
+    for comparison in compare_variants(results.records, results.suites()):
+        lines += comparison.lines(show_split)
     lines += fact_lines(results)
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")

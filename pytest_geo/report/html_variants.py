@@ -1,0 +1,111 @@
+"""The HTML report's parts for `--geo-variant` and `--geo-repeats`: each suite's variants
+best first, every pair's paired comparison, the judge's noise floor, and one row's
+rewrites side by side across variants.
+
+The tables are written here, escaped. The side-by-side is built by a small script
+(report/variants.js) from the rows' JSON already in the page (`geo-rows`, whose entries
+hold each rewrite's word diff): the page only adds, per row, which entry is which
+variant's, so a large run adds little to the file. Text goes in with textContent only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from importlib import resources
+from typing import Any
+
+from pytest_geo.report.numbers import format_ci, format_fixed, format_p
+from pytest_geo.report.viewer_data import script_json
+
+
+def _td(text: str, cls: str = "") -> str:
+    attr = f' class="{cls}"' if cls else ""
+    return f"<td{attr}>{escape(text)}</td>"
+
+
+def _num(value: Any, decimals: int = 4, sign: bool = False) -> str:
+    if value is None:
+        return _td("", "num")
+    return _td(f"{float(value):+.{decimals}f}" if sign else format_fixed(float(value), decimals), "num")
+
+
+def _table(cls: str, headers: Sequence[str], rows: Sequence[str]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
+
+
+def variants_section(report: Mapping[str, Any]) -> list[str]:
+    """Per compared suite: its variants best first, then each pair (better - worse)."""
+    comparisons = report.get("variants") or []
+    if not comparisons:
+        return []
+    suites = {(s["suite"], s["split"]): s for s in report.get("suites", [])}
+    parts = ["<h2>Variants</h2>",
+             '<p class="meta">Each pair is compared row by row over the rows both ran without error: the mean '
+             "difference (better minus worse), its standard error and 95% t interval, and the exact two-sided "
+             "sign test (ties dropped).</p>"]
+    for c in comparisons:
+        ranked = []
+        for place, v in enumerate(c["variants"], 1):
+            s = suites.get((v["suite"], c["split"]), {})
+            ranked.append("<tr>" + _td(str(place), "num") + _td(v["variant"]) + _td(str(v["n"]), "num")
+                          + _num(v["score"]) + _td(format_ci(s.get("ci95")) if s.get("ci95") else "", "num")
+                          + _num(s.get("win_rate")) + _num(s.get("judge_noise")) + "</tr>")
+        pairs = []
+        for p in c["pairs"]:
+            significant = p["sign_test_p"] < 0.05
+            pairs.append("<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(str(p["n"]), "num")
+                         + _num(p["mean_diff"], sign=True) + _num(p["stderr"])
+                         + _td(format_ci(p["ci95"]) if p.get("ci95") else "n/a", "num")
+                         + _td(f"{p['improved']}/{p['unchanged']}/{p['worsened']}", "num")
+                         + _td(format_p(p["sign_test_p"]), "num" + (" good" if significant else ""))
+                         + _td(str(p["excluded"]), "num") + "</tr>")
+        parts += [
+            f"<h3>{escape(c['suite'])} [{escape(c['split'])}]</h3>",
+            _table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
+            _table("variant-pairs", ("better", "worse", "paired n", "mean diff", "stderr", "95% CI",
+                                     "better/tied/worse rows", "sign test p", "rows left out"), pairs),
+        ]
+    return parts
+
+
+def noise_section(report: Mapping[str, Any]) -> list[str]:
+    """With --geo-repeats K >= 2: each suite's judge noise beside its gain."""
+    noisy = [s for s in report.get("suites", []) if s.get("judge_noise") is not None]
+    if not noisy:
+        return []
+    rows = ["<tr>" + _td(s["suite"]) + _td(s["split"]) + _num(s["score"]) + _num(s["judge_noise"])
+            + _td(f"{s.get('rows_within_noise', 0)} of {s.get('rows_moved', 0)}", "num") + "</tr>" for s in noisy]
+    return ["<h2>Judge noise</h2>",
+            '<p class="meta">How far the ranker moves a target when only the candidates\' order changes: the mean '
+            "absolute deviation of rank_before over the repeats' orders, averaged over rows. A gain no larger "
+            "than it could be the judge reshuffling.</p>",
+            _table("noise", ("suite", "split", "avg rank improvement", "judge noise", "moved rows within noise"),
+                   rows)]
+
+
+def side_by_side_section(report: Mapping[str, Any]) -> list[str]:
+    """One row's rewrites across variants; the script fills it for the chosen row."""
+    comparisons = report.get("variants") or []
+    if not comparisons:
+        return []
+    order = {(c["suite"], c["split"]): [v["variant"] for v in c["variants"]] for c in comparisons}
+    groups: dict[tuple[str, str, str], dict[str, int]] = {}
+    for index, row in enumerate(report.get("rows", [])):
+        key = (row.get("variant_of"), row.get("split"))
+        if row.get("kind") == "geo" and "variant" in row and key in order:
+            base = str(row["nodeid"]).removesuffix(f"[{row['variant']}]")
+            groups.setdefault((key[0], key[1], base), {})[row["variant"]] = index
+    entries = [{"id": base, "variants": [[name, found[name]] for name in order[(suite, split)] if name in found]}
+               for (suite, split, base), found in groups.items()]
+    script = resources.files("pytest_geo.report").joinpath("variants.js").read_text(encoding="utf-8")
+    return [
+        "<h2>Rewrites side by side</h2>",
+        '<div class="controls"><label>row <select id="variant-row"></select></label>'
+        '<span id="variant-query" class="meta"></span></div>',
+        '<table class="side-by-side" id="variant-side"><thead><tr><th>variant</th><th>rank before</th>'
+        "<th>rank after</th><th>improvement</th><th>rewritten description (changes against the original)</th>"
+        "</tr></thead><tbody></tbody></table>",
+        f'<script type="application/json" id="geo-variant-rows">{script_json(entries)}</script>',
+        f"<script>{script}</script>",
+    ]
