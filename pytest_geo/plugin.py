@@ -21,11 +21,13 @@ from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLo
 from pytest_geo.pytest_layer.options import (
     add_options,
     dataset_paths,
+    max_error_rate,
     settings_from_config,
 )
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     LOOKAHEAD,
+    MAX_ERROR_RATE,
     REGISTERED_MARKERS,
     RESULTS,
     SESSION,
@@ -36,7 +38,7 @@ from pytest_geo.pytest_layer.state import (
     running_session,
     settings_of,
 )
-from pytest_geo.pytest_layer.summary import terminal_summary, write_reports
+from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, load_baseline
 from pytest_geo.report.junit import junit_properties
 from pytest_geo.report.results import Results
@@ -59,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = None
     config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
     config.stash[REGISTERED_MARKERS] = set()
+    config.stash[MAX_ERROR_RATE] = max_error_rate(config)
     datasets = dataset_paths(config)
     config.stash[DATASETS] = set(datasets)
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
@@ -175,6 +178,16 @@ class GeoCollector:
         if record is not None and report.when == "call":
             self.results.add(record)
 
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """Innermost, so the gates report right after the last row, before the terminal
+        writes its final progress; only after a loop that ran to its end (an interrupted
+        run is partial: its scores prove nothing), on the process that saw every row."""
+        result = yield
+        if not is_xdist_worker(self.config) and not self.config.option.collectonly:
+            report_gates(session)
+        return result
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         geo = running_session(self.config)
@@ -184,9 +197,7 @@ class GeoCollector:
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return
-        failing = write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
-        if failing and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:

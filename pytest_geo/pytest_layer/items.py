@@ -16,7 +16,7 @@ from pytest_geo.data.record import (
     suite_record,
     where,
 )
-from pytest_geo.pytest_layer.state import geo_session_of
+from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, geo_session_of
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suites.procedures import running_with
 from pytest_geo.suites.suite import GEO_METRIC, Metric, score_metric
@@ -38,6 +38,14 @@ class GeoItem(pytest.Item):
         self.suite_name = suite
         self.split = split
         self.threshold = threshold
+
+    def row_error(self, message: str) -> None:
+        """An errored row fails its item; with --geo-max-error-rate the error is tolerated
+        here (xfailed, with the message) and judged per suite at the end of the run."""
+        limit = self.config.stash.get(MAX_ERROR_RATE, None)
+        if limit is not None:
+            pytest.xfail(f"{message} (tolerated by --geo-max-error-rate {limit:g})")
+        raise GeoRowFailure(message)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
@@ -63,7 +71,7 @@ class GeoRowItem(GeoItem):
         self.geo_record = geo_record(self._where("geo", GEO_METRIC), self.row.path, outcome.record(),
                                      self.row.target_was_chosen)
         if outcome.error is not None:
-            raise GeoRowFailure(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
+            self.row_error(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
 
 
 class GeoProblemItem(GeoItem):
@@ -95,7 +103,7 @@ class SuiteItem(GeoItem):
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
         if score.error:
-            raise GeoRowFailure(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

@@ -15,6 +15,7 @@ from pytest_geo.options import (
     non_negative_int,
     positive_float,
     positive_int,
+    share,
     split_mode,
     temperature,
 )
@@ -76,6 +77,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
                     help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
                          "suite's own threshold.")
+    group.addoption("--geo-max-error-rate", type=share, default=None, metavar="R",
+                    help="fail the run when a suite's share of errored rows exceeds R, between 0 and 1 "
+                         "(ini: geo_max_error_rate; default: fail only when every row of a suite errored).")
     group.addoption("--geo-strict-facts", action="store_true", default=None,
                     help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
                          "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
@@ -109,6 +113,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
+    parser.addini("geo_max_error_rate", "most share of errored rows per suite (0 to 1)", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
 
 
@@ -124,6 +129,12 @@ def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str],
         return convert(raw)
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"ini option {ini}: {exc}") from None
+
+
+def max_error_rate(config: pytest.Config) -> float | None:
+    """The error-rate gate's limit; None: only a suite whose every row errored fails."""
+    limit: float | None = _pick(config, "geo_max_error_rate", "geo_max_error_rate", share)
+    return limit
 
 
 def settings_from_config(config: pytest.Config) -> Settings:

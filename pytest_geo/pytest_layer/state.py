@@ -21,6 +21,7 @@ RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey[set[Path]]()
 LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
+MAX_ERROR_RATE: pytest.StashKey[float | None] = pytest.StashKey()  # --geo-max-error-rate
 
 
 def settings_of(config: pytest.Config) -> Settings:

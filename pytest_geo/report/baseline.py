@@ -59,6 +59,8 @@ class Comparison:
     score: float
     baseline_score: float | None
     paired: Paired | None
+    # Rows in both runs left out of the pairing because they errored in either run.
+    errored_pairs: int = 0
 
     @property
     def label(self) -> str:
@@ -81,28 +83,35 @@ class Comparison:
             p = self.paired
             text += (f"; paired n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
                      f"sign_test_p={p.sign_test_p:.4g}")
+        if self.errored_pairs:
+            text += f"; {self.errored_pairs} row(s) with an error in either run left out of the pairing"
         return text
 
     def as_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "metric": self.metric, "split": self.split, "score": self.score,
                 "baseline_score": self.baseline_score, "diff": self.diff,
                 "paired": self.paired.as_json() if self.paired is not None else None,
-                "regression": self.regression}
+                "errored_pairs": self.errored_pairs, "regression": self.regression}
 
 
 def compare(
     suites: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]
 ) -> list[Comparison]:
     before_suites = {(s["suite"], s["metric"], s["split"]): float(s["score"]) for s in baseline["suites"]}
-    before_rows = {(r["suite"], r["nodeid"]): float(r["score"]) for r in baseline["rows"]}
+    before_rows = {(r["suite"], r["nodeid"]): r for r in baseline["rows"]}
     by_suite: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         by_suite.setdefault((row["suite"], row["split"]), []).append(row)
     comparisons = []
     for s in suites:
-        matched = [(float(r["score"]), before_rows[(r["suite"], r["nodeid"])])
-                   for r in by_suite.get((s["suite"], s["split"]), ()) if (r["suite"], r["nodeid"]) in before_rows]
+        both = [(r, before_rows[(r["suite"], r["nodeid"])])
+                for r in by_suite.get((s["suite"], s["split"]), ()) if (r["suite"], r["nodeid"]) in before_rows]
+        # An errored row scores 0.0: paired with a clean one it would read as a drop (or a
+        # gain) that says nothing about the prompt. Only rows clean in both runs pair.
+        matched = [(float(now["score"]), float(before["score"])) for now, before in both
+                   if now.get("error") is None and before.get("error") is None]
         pairs = paired([a for a, _ in matched], [b for _, b in matched]) if matched else None
         comparisons.append(Comparison(s["suite"], s["metric"], s["split"], float(s["score"]),
-                                      before_suites.get((s["suite"], s["metric"], s["split"])), pairs))
+                                      before_suites.get((s["suite"], s["metric"], s["split"])), pairs,
+                                      errored_pairs=len(both) - len(matched)))
     return comparisons

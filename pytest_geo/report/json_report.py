@@ -21,8 +21,9 @@ from pytest_geo.report.results import (
 def build_report(results: Results) -> dict[str, Any]:
     report = _build_report(results)
     report["geo"]["statistics"] = {
-        "overall": statistics(results.geo_overall(), results.geo_scores(), True),
-        "datasets": {name: statistics(s.summary, s.scores, True) for name, s in results.geo_suite_results().items()},
+        "overall": statistics(results.geo_overall(), results.geo_clean_scores(), True),
+        "datasets": {name: statistics(s.summary, s.clean_scores, True)
+                     for name, s in results.geo_suite_results().items()},
     }
     if results.metadata is not None:
         report["metadata"] = results.metadata

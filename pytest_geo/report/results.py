@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.record import RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, movement
 from pytest_geo.scoring import Summary, summarize
 from pytest_geo.suites.suite import GEO_METRIC
+
+if TYPE_CHECKING:
+    from pytest_geo.report.gates import GateFailure
 
 REPORT_FORMAT_VERSION = 1
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
@@ -27,6 +30,10 @@ class SuiteResult:
     feedback: str
     threshold: float | None
     scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    errors: int = 0
+    # The scores of rows that ran without error: movement and sign tests read only these,
+    # so a burst of failed calls (scored 0.0) never reads as "unchanged" or as a drop.
+    clean_scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -36,25 +43,38 @@ class SuiteResult:
     def below_threshold(self) -> bool:
         return self.threshold is not None and self.summary.mean < self.threshold
 
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.summary.n if self.summary.n else 0.0
+
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "suite": self.suite, "metric": self.metric, "split": self.split, "n": self.summary.n,
             "score": self.summary.mean, "win_rate": self.summary.win_rate, "stderr": self.summary.stderr,
             "feedback": self.feedback, "threshold": self.threshold, "below_threshold": self.below_threshold,
+            "errors": self.errors, "error_rate": self.error_rate,
         }
         if self.metric == GEO_METRIC:
             data.update(self.summary.as_geo())
-        data.update(statistics(self.summary, self.scores, geo=self.metric == GEO_METRIC))
+        data.update(statistics(self.summary, self.clean_scores, geo=self.metric == GEO_METRIC))
         return data
 
 
-def statistics(summary: Summary, scores: Iterable[float], geo: bool) -> dict[str, Any]:
-    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test."""
+def statistics(summary: Summary, clean_scores: Iterable[float], geo: bool) -> dict[str, Any]:
+    """The 95% confidence interval of the mean (over every row, errors as 0.0); for GEO,
+    how rows moved and the sign test, over the rows that ran without error only
+    (`movement_n` says how many)."""
     ci = confidence_interval(summary.mean, summary.stderr, summary.n)
     data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None}
     if geo:
-        data.update(movement(scores).as_json())
+        moved = movement(clean_scores)
+        data.update(moved.as_json())
+        data["movement_n"] = moved.n
     return data
+
+
+def has_error(record: RowRecord) -> bool:
+    return record.get("error") is not None
 
 
 def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
@@ -85,6 +105,7 @@ class Results:
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
+    gates: list[GateFailure] = field(default_factory=list)  # failed gates, set once every row reported
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
@@ -117,7 +138,9 @@ class Results:
             threshold = self.min_scores.get(suite, records[0]["threshold"])
             feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
             values = tuple(float(r["score"]) for r in scored)
-            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values))
+            clean = tuple(float(r["score"]) for r in scored if not has_error(r))
+            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values,
+                                       errors=len(values) - len(clean), clean_scores=clean))
         return results
 
     def geo_suites(self) -> dict[str, Summary]:
@@ -129,6 +152,10 @@ class Results:
 
     def geo_scores(self) -> list[float]:
         return [r["score"] for r in self.records if r["kind"] == "geo"]
+
+    def geo_clean_scores(self) -> list[float]:
+        """GEO rows that ran without error: what movement and the sign test read."""
+        return [r["score"] for r in self.records if r["kind"] == "geo" and not has_error(r)]
 
     def geo_overall(self) -> Summary:
         return summarize(self.geo_scores())

@@ -12,6 +12,7 @@ from pytest_geo.report.results import (
     statistics,
 )
 from pytest_geo.scoring import Summary
+from pytest_geo.suites.suite import GEO_METRIC
 
 
 def format_geo_line(label: str, summary: Summary) -> str:
@@ -19,28 +20,30 @@ def format_geo_line(label: str, summary: Summary) -> str:
     return f"{label}: n={metrics['n']} " + " ".join(f"{name}={float(metrics[name]):.4f}" for name in GEO_METRICS[1:])
 
 
-def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
-    stats = statistics(summary, scores, geo=True)
+def format_stats_line(summary: Summary, clean_scores: Iterable[float], errors: int = 0) -> str:
+    stats = statistics(summary, clean_scores, geo=True)
     ci = "n/a" if stats["ci95"] is None else "[{:.4f}, {:.4f}]".format(*stats["ci95"])
+    rate = errors / summary.n if summary.n else 0.0
     return (f"  ci95={ci} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
-            f"{stats['moved_down']:.2f} sign_test_p={stats['sign_test_p']:.4g}")
+            f"{stats['moved_down']:.2f} sign_test_p={stats['sign_test_p']:.4g} "
+            f"(over {stats['movement_n']} rows without error) errors={errors} error_rate={rate:.4f}")
 
 
 def terminal_lines(results: Results, show_split: bool = False) -> list[str]:
     """The GEO block, threshold verdicts, then Kedi's `Evals:` block, last."""
     lines = []
     for name, suite in results.geo_suite_results().items():
-        lines += [format_geo_line(name, suite.summary), format_stats_line(suite.summary, suite.scores)]
+        lines += [format_geo_line(name, suite.summary),
+                  format_stats_line(suite.summary, suite.clean_scores, suite.errors)]
     if len(results.geo_suites()) > 1:
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     lines += fact_lines(results)
+    for suite in results.suites():
+        if suite.errors and suite.metric != GEO_METRIC:
+            lines.append(f"errors: {suite.label} [{suite.split}]: {suite.errors} of {suite.summary.n} rows "
+                         f"errored (error_rate={suite.error_rate:.4f}), each scored 0.0")
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
-    for failed in results.below_threshold():
-        lines.append(
-            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, "
-            f"below its threshold {failed.threshold:.4f}"
-        )
     lines += baseline_lines(results)
     lines.append("Evals:")
     for suite in results.suites():
@@ -56,13 +59,7 @@ def baseline_lines(results: Results) -> list[str]:
         return []
     lines = [f"baseline {results.baseline_path}:"]
     for c in comparisons:
-        lines.append(f"  {c.summary()}")
-    for c in comparisons:
-        if c.regression and c.paired is not None:
-            lines.append(
-                f"REGRESSION: {c.label} dropped against the baseline "
-                f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={c.paired.sign_test_p:.4g})"
-            )
+        lines.append(f"  {c.summary()}" + (" REGRESSION" if c.regression else ""))
     return lines
 
 
