@@ -16,8 +16,9 @@ from pytest_geo.pytest_layer.collect import (
     SuiteCollector,
     SuiteFile,
 )
-from pytest_geo.pytest_layer.items import GeoRowItem
+from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
 from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead
+from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
     add_options,
     dataset_paths,
@@ -116,6 +117,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the engine before any row runs, so a missing key or a broken prompt stops
     the run at start with one message instead of failing every row."""
+    if not is_xdist_worker(session.config):
+        suites = {item.suite_name for item in session.items if isinstance(item, GeoItem)}
+        _check_min_scores(session.config, suites)
     if session.config.option.collectonly:
         return
     if any(isinstance(item, GeoRowItem) for item in session.items):
@@ -125,6 +129,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             geo_session_of(session.config).engine  # noqa: B018 (built for its errors)
         except PromptError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
+    results = results_of(config)
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -210,7 +219,15 @@ class GeoXdistHooks:
     """Only registered with xdist: workers' model usage reaches the controller."""
 
     def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.results = results_of(config)
+        self.checked = False
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The controller collects nothing: the first worker's ids name the suites."""
+        if not self.checked:
+            self.checked = True
+            _check_min_scores(self.config, {s for s in map(suite_of_nodeid, ids) if s is not None})
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         usage = getattr(node, "workeroutput", {}).get("geo_usage")
