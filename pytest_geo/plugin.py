@@ -27,6 +27,7 @@ from pytest_geo.pytest_layer.options import (
 )
 from pytest_geo.pytest_layer.state import (
     DATASETS,
+    DECLARED_SUITES,
     LOOKAHEAD,
     MAX_ERROR_RATE,
     REGISTERED_MARKERS,
@@ -62,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = None
     config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
     config.stash[REGISTERED_MARKERS] = set()
+    config.stash[DECLARED_SUITES] = {}
     config.stash[MAX_ERROR_RATE] = max_error_rate(config)
     datasets = dataset_paths(config)
     config.stash[DATASETS] = set(datasets)
@@ -118,8 +120,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the engine before any row runs, so a missing key or a broken prompt stops
     the run at start with one message instead of failing every row."""
     if not is_xdist_worker(session.config):
-        suites = {item.suite_name for item in session.items if isinstance(item, GeoItem)}
-        _check_min_scores(session.config, suites)
+        rows = [item for item in session.items if isinstance(item, GeoItem)]
+        results_of(session.config).selected = {item.nodeid for item in rows}
+        _check_min_scores(session.config, {item.suite_name for item in rows})
     if session.config.option.collectonly:
         return
     if any(isinstance(item, GeoRowItem) for item in session.items):
@@ -227,7 +230,9 @@ class GeoXdistHooks:
         """The controller collects nothing: the first worker's ids name the suites."""
         if not self.checked:
             self.checked = True
-            _check_min_scores(self.config, {s for s in map(suite_of_nodeid, ids) if s is not None})
+            rows = {nodeid: suite for nodeid in ids if (suite := suite_of_nodeid(nodeid)) is not None}
+            self.results.selected = set(rows)
+            _check_min_scores(self.config, set(rows.values()))
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         usage = getattr(node, "workeroutput", {}).get("geo_usage")

@@ -254,7 +254,9 @@ class RepeatedOutcome:
             return f"error: {self.error}"
         before = self._mean([o.rank_before for _, o in self.runs])
         after = self._mean([o.rank_after for _, o in self.runs])
-        return f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+        text = f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+        facts = list(dict.fromkeys(f for _, o in self.runs for f in o.fact_violations))
+        return f"{text}; new facts: {', '.join(facts)}" if facts else text
 
     def score(self) -> Score:
         value = sum(o.score().value for _, o in self.runs) / len(self.runs)
@@ -273,6 +275,8 @@ class RepeatedOutcome:
             score=self.score().value,
             feedback=self.feedback,
             error=self.error,
+            # A row adds facts if any repeat's rewrite does: each is a rewrite a user could ship.
+            fact_violations=list(dict.fromkeys(f for o in runs for f in o.fact_violations)),
             repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
         )
 

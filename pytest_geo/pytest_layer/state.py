@@ -14,6 +14,7 @@ from pytest_geo.settings import Settings
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
     from pytest_geo.pytest_layer.lookahead import WorkerLookahead
+    from pytest_geo.suites.suite import Suite
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION: pytest.StashKey[GeoSession | None] = pytest.StashKey()
@@ -21,6 +22,8 @@ RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey[set[Path]]()
 LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
+# suite name -> (the suite, the file declaring it): a second suite under one name is an error
+DECLARED_SUITES = pytest.StashKey[dict[str, tuple["Suite", str]]]()
 MAX_ERROR_RATE: pytest.StashKey[float | None] = pytest.StashKey()  # --geo-max-error-rate
 
 

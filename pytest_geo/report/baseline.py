@@ -33,6 +33,9 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
     problem = _shape_problem(data)
     if problem:
         raise BaselineError(f"--geo-baseline: {name} is not a pytest-geo report: {problem}")
+    if data.get("complete") is False:
+        raise BaselineError(f"--geo-baseline: {name} is a partial run ({data.get('not_run', '?')} selected rows "
+                            "did not run); compare with the report of a complete run")
     return data
 
 

@@ -24,7 +24,7 @@ table.rows th{cursor:pointer;user-select:none}
 table.rows th:after{content:" \\2195";color:#999}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.text{max-width:420px;white-space:pre-wrap;word-break:break-word}
-.bad{color:#b00020}.meta{color:#555}
+.bad{color:#b00020}.meta{color:#555}.banner{background:#fde7e9;border:1px solid #b00020;padding:.5em}
 .figures{display:flex;flex-wrap:wrap;gap:24px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 """
@@ -162,6 +162,7 @@ def _suite_rows(report: Mapping[str, Any]) -> Iterable[list[str]]:
             _cell(float(s["score"]), "num " + flag),
             _cell("" if ci is None else f"[{ci[0]:.4f}, {ci[1]:.4f}]"),
             _cell(s.get("win_rate"), "num"),
+            _cell(f"{s.get('errors', 0)} ({float(s.get('error_rate', 0.0)):.4f})", "num"),
             _cell(s.get("moved_up"), "num"),
             _cell(s.get("unchanged"), "num"),
             _cell(s.get("moved_down"), "num"),
@@ -201,6 +202,14 @@ def _row_cells(row: Mapping[str, Any]) -> list[str]:
     return cells
 
 
+def partial_run_banner(report: Mapping[str, Any]) -> str:
+    """An interrupted run's scores cover only the rows that ran: say so first."""
+    if report.get("complete", True):
+        return ""
+    return (f'<p class="banner partial" role="alert">Partial run: {escape(str(report.get("not_run", "?")))} '
+            "selected rows did not run; the scores cover only the rows that ran.</p>")
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     meta = report.get("metadata") or {}
     rows = report.get("rows", [])
@@ -211,6 +220,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<html lang="en"><head><meta charset="utf-8"/><title>pytest-geo report</title>',
         f"<style>{CSS}</style></head><body>",
         "<h1>pytest-geo report</h1>",
+        partial_run_banner(report),
         f'<p class="meta">{escape("mock model" if meta.get("mock") else models)}; '
         f"seed {escape(str(meta.get('seed', '')))}; "
         f"started {escape(str(meta.get('started_at', '')))}; {escape(str(meta.get('duration_s', '')))} s; "
@@ -225,6 +235,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "score",
                 "95% CI",
                 "win rate",
+                "errors (rate)",
                 "up",
                 "unchanged",
                 "down",
@@ -260,7 +271,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts += [
             "<h2>GEO rank improvements</h2>",
             '<div class="figures">',
-            histogram_svg(geo_rows),
+            histogram_svg([r for r in geo_rows if r.get("error") is None]),  # an error is no "+0" move
             before_after_svg(geo_rows),
             "</div>",
         ]

@@ -45,6 +45,9 @@ def _build_report(results: Results) -> dict[str, Any]:
         "rows": sorted((r for r in results.records if is_scored(r)), key=order),
         "problems": sorted(results.problems, key=order),
         "usage": results.usage,
+        "complete": results.complete,
+        "not_run": results.not_run,
+        "gates": [g.as_json() for g in results.gates],
     }
 
 

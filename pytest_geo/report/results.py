@@ -106,6 +106,9 @@ class Results:
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
     gates: list[GateFailure] = field(default_factory=list)  # failed gates, set once every row reported
+    # Node ids of the selected pytest-geo items (set after collection): the rows a
+    # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
+    selected: set[str] = field(default_factory=set)
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
@@ -117,6 +120,15 @@ class Results:
     @property
     def empty(self) -> bool:
         return not self.records
+
+    @property
+    def not_run(self) -> int:
+        """Selected rows that never reported a result."""
+        return len(self.selected - {r["nodeid"] for r in self.records})
+
+    @property
+    def complete(self) -> bool:
+        return self.not_run == 0
 
     @property
     def problems(self) -> list[RowRecord]:
