@@ -41,8 +41,9 @@ from pytest_geo.pytest_layer.state import (
     settings_of,
 )
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
-from pytest_geo.report.baseline import BaselineError, load_baseline
+from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.junit import junit_properties
+from pytest_geo.report.metadata import run_identity
 from pytest_geo.report.results import Results
 from pytest_geo.suites.suite import Suite, suites_in
 
@@ -87,6 +88,12 @@ def _load_baseline(config: pytest.Config) -> None:
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from None
         results.baseline_path = path
+        results.baseline_differences, refusing = differences(results.baseline, run_identity(settings_of(config)))
+        if refusing and not config.getoption("geo_baseline_force"):
+            raise pytest.UsageError(
+                f"--geo-baseline: {path} was made with another model ({'; '.join(refusing)}); its scores do not "
+                "compare with this run's (--geo-baseline-force compares anyway)"
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -96,3 +96,50 @@ def test_python_and_yaml_suite_with_one_name(geo_project: pytest.Pytester) -> No
     result = geo_project.runpytest("a.geo.yaml", "test_s.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["test_s.py: suite 's' is already declared in a.geo.yaml"])
+
+
+MOCK_AS_CLIENT = '''
+from pytest_geo.llm.mock import MockClient
+
+def pytest_geo_make_client(config, settings):
+    return MockClient()  # a "real" run (no --geo-mock) answered offline
+'''
+
+
+def test_baseline_from_the_mock_is_refused_for_a_real_run(geo_project: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "mock.json").assert_outcomes(passed=8)
+    geo_project.makeconftest(MOCK_AS_CLIENT)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0000")
+    refused = geo_project.runpytest("data/smoke.jsonl", "--geo-baseline", "mock.json")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: --geo-baseline: mock.json was made with another model (model: the mock in"
+                                  " the baseline, a real model now); * (--geo-baseline-force compares anyway)"])
+    forced = geo_project.runpytest("data/smoke.jsonl", "--geo-baseline", "mock.json", "--geo-baseline-force",
+                                   "--geo-report", "r.json")
+    assert forced.ret == pytest.ExitCode.OK
+    forced.stdout.fnmatch_lines(["baseline mock.json:", "  differs: model: the mock in the baseline, a real model now"])
+    assert read(geo_project, "r.json")["baseline"]["differences"][0].startswith("model: the mock")
+
+
+def test_baseline_with_other_models_is_refused_and_other_settings_are_named(
+        geo_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    geo_project.makeconftest(MOCK_AS_CLIENT)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0000")
+    geo_project.runpytest("data/smoke.jsonl", "--geo-ranker-model", "rk-1", "--geo-report", "base.json")
+    refused = geo_project.runpytest("data/smoke.jsonl", "--geo-ranker-model", "rk-2", "--geo-baseline", "base.json")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*(ranker model: rk-1 in the baseline, rk-2 now)*"])
+    prompt = geo_project.path / "prompts" / "rewriter_user.txt"
+    prompt.write_text(prompt.read_text() + "\nBe concise.\n")
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-ranker-model", "rk-1", "--geo-baseline", "base.json",
+                                   "--geo-seed", "7", "--geo-repeats", "2", "--geo-report", "r.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "baseline base.json:",
+        "  differs: prompt rewriter_user.txt: changed",
+        "  differs: seed: 1234 in the baseline, 7 now",
+        "  differs: repeats: 1 in the baseline, 2 now",
+    ])
+    assert read(geo_project, "r.json")["baseline"]["differences"] == [
+        "prompt rewriter_user.txt: changed", "seed: 1234 in the baseline, 7 now", "repeats: 1 in the baseline, 2 now"]

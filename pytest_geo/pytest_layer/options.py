@@ -93,6 +93,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "average them (ini: geo_repeats; default: 1).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
+    group.addoption("--geo-baseline-force", action="store_true", default=False,
+                    help="compare with a baseline made with the mock against a real model, or with other "
+                         "models (refused otherwise).")
     group.addoption("--geo-fail-on-regression", action="store_true", default=False,
                     help="with --geo-baseline: fail the run when a suite drops significantly "
                          "(paired sign test p < 0.05 and mean difference < 0).")

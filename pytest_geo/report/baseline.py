@@ -54,6 +54,44 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
+# Roles whose model decides an eval run's numbers (the optimizer's takes no part in it).
+EVAL_ROLES = ("ranker", "rewriter")
+
+
+def differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What differs between the baseline's run and this one, from their metadata: (every
+    difference, in words; the ones that make the comparison meaningless: the mock
+    against a real model, or other models)."""
+    before = baseline.get("metadata")
+    if not isinstance(before, Mapping):
+        return ["the baseline records no run metadata (models, prompts, seed)"], []
+    listed: list[str] = []
+    refusing: list[str] = []
+    if bool(before.get("mock")) != bool(current["mock"]):
+        words = {True: "the mock", False: "a real model"}
+        refusing.append(f"model: {words[bool(before.get('mock'))]} in the baseline, {words[bool(current['mock'])]} now")
+    elif not current["mock"]:
+        models = _mapping(before.get("models"))
+        for role in EVAL_ROLES:
+            if models.get(role) != current["models"].get(role):
+                refusing.append(f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now")
+        if before.get("base_url_host") != current["base_url_host"]:
+            listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
+    hashes = _mapping(before.get("prompts_sha256"))
+    for name in sorted(set(hashes) | set(current["prompts_sha256"])):
+        if hashes.get(name) != current["prompts_sha256"].get(name):
+            state = "added" if name not in hashes else "removed" if name not in current["prompts_sha256"] else "changed"
+            listed.append(f"prompt {name}: {state}")
+    for key in ("seed", "repeats"):
+        if key in before and before[key] != current[key]:
+            listed.append(f"{key}: {before[key]} in the baseline, {current[key]} now")
+    return refusing + listed, refusing
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class Comparison:
     suite: str

@@ -105,6 +105,7 @@ class Results:
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
+    baseline_differences: list[str] = field(default_factory=list)  # how the baseline's run differs from this one
     gates: list[GateFailure] = field(default_factory=list)  # failed gates, set once every row reported
     # Node ids of the selected pytest-geo items (set after collection): the rows a
     # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.

@@ -61,6 +61,7 @@ def baseline_lines(results: Results) -> list[str]:
     if results.baseline is None:
         return []
     lines = [f"baseline {results.baseline_path}:"]
+    lines += [f"  differs: {difference}" for difference in results.baseline_differences]
     for c in comparisons:
         lines.append(f"  {c.summary()}" + (" REGRESSION" if c.regression else ""))
     return lines
