@@ -175,6 +175,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    stopped = getattr(item, "geo_stopped", None)
+    if call.when == "call" and stopped is not None:
+        report.geo_stopped = stopped  # plain data, like the record: it reaches an xdist controller
     record = getattr(item, "geo_record", None)
     if call.when == "call" and record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
@@ -196,6 +199,9 @@ class GeoCollector:
         record = getattr(report, "geo_record", None)
         if record is not None and report.when == "call":
             self.results.add(record)
+        stopped = getattr(report, "geo_stopped", None)
+        if isinstance(stopped, str) and self.results.stopped is None:
+            self.results.stopped = stopped
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:

@@ -16,7 +16,7 @@ from pytest_geo.data.record import OutcomeFields
 from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import PromptSet
-from pytest_geo.llm.base import ChatClient, ChatRequest
+from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
@@ -36,6 +36,7 @@ class GeoOutcome:
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     fact_violations: tuple[str, ...] = ()
+    not_run: bool = False  # the model server was found unusable: no result, not an error
 
     @property
     def rank_improvement(self) -> int | None:
@@ -211,7 +212,7 @@ class GeoEngine:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure never stops the others
-            return replace(outcome, error=one_line(exc))
+            return replace(outcome, error=one_line(exc), not_run=isinstance(exc, ServerUnusable))
 
 
 def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:
@@ -239,6 +240,10 @@ class RepeatedOutcome:
     query_id: str | None
     target_id: str
     runs: tuple[tuple[tuple[str, ...], GeoOutcome], ...]
+
+    @property
+    def not_run(self) -> bool:
+        return any(o.not_run for _, o in self.runs)
 
     @property
     def error(self) -> str | None:

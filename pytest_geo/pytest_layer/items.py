@@ -32,6 +32,7 @@ class GeoItem(pytest.Item):
 
     line: int = 0
     geo_record: RowRecord | None = None
+    geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
 
     def __init__(self, *, suite: str, split: str, threshold: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -67,7 +68,12 @@ class GeoRowItem(GeoItem):
         super().__init__(**kwargs)
 
     def runtest(self) -> None:
-        outcome = geo_session_of(self.config).outcome(self.row)
+        geo = geo_session_of(self.config)
+        outcome = geo.outcome(self.row)
+        if outcome.not_run:
+            # One failure for the whole run (the model_server gate), not one per row.
+            self.geo_stopped = geo.stopped or outcome.error
+            pytest.skip(f"not run: {self.geo_stopped}")
         self.geo_record = geo_record(self._where("geo", GEO_METRIC), self.row.path, outcome.record(),
                                      self.row.target_was_chosen)
         if outcome.error is not None:

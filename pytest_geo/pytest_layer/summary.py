@@ -33,7 +33,7 @@ def write_reports(config: pytest.Config, results: Results, started: float, durat
     """Write the reports asked for."""
     results.metadata = run_metadata(settings_of(config), started, duration)
     path, html_path = config.getoption("geo_report"), config.getoption("geo_html")
-    write_html = bool(html_path) and not results.empty
+    write_html = bool(html_path) and not results.nothing_selected
     if path or write_html:
         report = build_report(results)
         if path:
@@ -43,7 +43,7 @@ def write_reports(config: pytest.Config, results: Results, started: float, durat
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
-    if results.empty:
+    if results.nothing_selected:
         return
     terminalreporter.write_sep("=", "pytest-geo evaluation")
     path = config.getoption("geo_report")

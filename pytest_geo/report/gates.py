@@ -10,6 +10,8 @@ from typing import Any
 
 from pytest_geo.report.results import Results, SuiteResult
 
+MODEL_SERVER_GATE = "pytest-geo::model_server"
+
 
 @dataclass(frozen=True)
 class GateFailure:
@@ -34,6 +36,8 @@ def error_rate_failed(suite: SuiteResult, max_error_rate: float | None) -> bool:
 
 def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate: float | None) -> list[GateFailure]:
     failures = []
+    if results.stopped is not None:
+        failures.append(GateFailure(MODEL_SERVER_GATE, f"{results.stopped}; {results.not_run} row(s) not run"))
     for suite in results.suites():
         if suite.below_threshold:
             failures.append(GateFailure(

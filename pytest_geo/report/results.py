@@ -110,6 +110,7 @@ class Results:
     # Node ids of the selected pytest-geo items (set after collection): the rows a
     # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
     selected: set[str] = field(default_factory=set)
+    stopped: str | None = None  # why the model server stopped being called (llm/breaker.py)
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
@@ -121,6 +122,11 @@ class Results:
     @property
     def empty(self) -> bool:
         return not self.records
+
+    @property
+    def nothing_selected(self) -> bool:
+        """A run without pytest-geo rows: no summary, no HTML."""
+        return not self.records and not self.selected
 
     @property
     def not_run(self) -> int:
