@@ -76,7 +76,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "or all (both, reported separately) (ini: geo_split).")
     group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
                     help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
-                         "suite's own threshold.")
+                         "suite's own threshold. SUITE: a selected suite's name, or a dataset's path "
+                         "(relative to the current directory, or absolute).")
     group.addoption("--geo-max-error-rate", type=share, default=None, metavar="R",
                     help="fail the run when a suite's share of errored rows exceeds R, between 0 and 1 "
                          "(ini: geo_max_error_rate; default: fail only when every row of a suite errored).")
