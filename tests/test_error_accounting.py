@@ -93,3 +93,12 @@ def test_baseline_pairs_only_rows_clean_in_both_runs(flaky: pytest.Pytester) -> 
     assert comparison["regression"] is False
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*paired n=1 *; 7 row(s) with an error in either run left out of the pairing"])
+
+
+def test_html_counts_errors_and_leaves_them_out_of_the_histogram(flaky: pytest.Pytester) -> None:
+    fail_queries(flaky, "travel", "running")
+    flaky.runpytest("data/smoke.jsonl", "--geo-html", "r.html")
+    page = (flaky.path / "r.html").read_text(encoding="utf-8")
+    assert "<th>errors (rate)</th>" in page and ">2 (0.2500)</td>" in page
+    histogram = page.split('data-figure="histogram"')[1].split("</svg>")[0]
+    assert ">+2<" in histogram and ">+0<" not in histogram  # errored rows are no "+0" move
