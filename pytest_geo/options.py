@@ -4,6 +4,7 @@ each raises `argparse.ArgumentTypeError` with a message that names the bad value
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,6 +46,22 @@ def positive_float(text: str) -> float:
     return _at_least(value, text, 0, strict=True)
 
 
+def finite_float(text: str) -> float:
+    """A number that can gate a run: NaN compares false with everything, so a NaN
+    threshold would never fail, and an infinite one always or never."""
+    value: float = _convert(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def share(text: str) -> float:
+    value = finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1")
+    return value
+
+
 def temperature(text: str) -> float:
     value: float = _convert(text, float, "a number")
     if not 0 <= value <= 2:
@@ -70,9 +87,12 @@ def min_score(text: str) -> tuple[str, float]:
     if not sep or not suite:
         raise argparse.ArgumentTypeError(f"{text!r} is not SUITE=VALUE")
     try:
-        return suite, float(value)
+        number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a finite number")
+    return suite, number
 
 
 # Safe in node ids (`q1[NAME]`), in `-k` expressions and in `--geo-min-score SUITE[NAME]=X`.

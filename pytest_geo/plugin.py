@@ -17,18 +17,22 @@ from pytest_geo.pytest_layer.collect import (
     SuiteFile,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
-from pytest_geo.pytest_layer.items import GeoRowItem
+from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
 from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead
+from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
     add_options,
     dataset_paths,
+    max_error_rate,
     settings_from_config,
 )
 from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.state import (
     DATASETS,
+    DECLARED_SUITES,
     LOOKAHEAD,
+    MAX_ERROR_RATE,
     PROGRESS,
     REGISTERED_MARKERS,
     RESULTS,
@@ -40,9 +44,10 @@ from pytest_geo.pytest_layer.state import (
     running_session,
     settings_of,
 )
-from pytest_geo.pytest_layer.summary import terminal_summary, write_reports
-from pytest_geo.report.baseline import BaselineError, load_baseline
+from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
+from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.junit import junit_properties
+from pytest_geo.report.metadata import run_identity
 from pytest_geo.report.results import Results
 from pytest_geo.settings import describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
@@ -74,6 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = None
     config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
     config.stash[REGISTERED_MARKERS] = set()
+    config.stash[DECLARED_SUITES] = {}
+    config.stash[MAX_ERROR_RATE] = max_error_rate(config)
     datasets = dataset_paths(config)
     config.stash[DATASETS] = set(datasets)
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
@@ -111,6 +118,12 @@ def _load_baseline(config: pytest.Config) -> None:
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from None
         results.baseline_path = path
+        results.baseline_differences, refusing = differences(results.baseline, run_identity(settings_of(config)))
+        if refusing and not config.getoption("geo_baseline_force"):
+            raise pytest.UsageError(
+                f"--geo-baseline: {path} was made with another model ({'; '.join(refusing)}); its scores do not "
+                "compare with this run's (--geo-baseline-force compares anyway)"
+            )
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -157,6 +170,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the engine before any row runs, so a missing key or a broken prompt stops
     the run at start with one message instead of failing every row."""
+    if not is_xdist_worker(session.config):
+        rows = [item for item in session.items if isinstance(item, GeoItem)]
+        results_of(session.config).selected = {item.nodeid for item in rows}
+        _check_min_scores(session.config, {item.suite_name for item in rows})
     if session.config.option.collectonly:
         return
     if any(isinstance(item, GeoRowItem) for item in session.items):
@@ -168,6 +185,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
         except PromptError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+
+def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
+    results = results_of(config)
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -204,6 +226,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    stopped = getattr(item, "geo_stopped", None)
+    if call.when == "call" and stopped is not None:
+        report.geo_stopped = stopped  # plain data, like the record: it reaches an xdist controller
     record = getattr(item, "geo_record", None)
     if call.when == "call" and record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
@@ -225,6 +250,19 @@ class GeoCollector:
         record = getattr(report, "geo_record", None)
         if record is not None and report.when == "call":
             self.results.add(record)
+        stopped = getattr(report, "geo_stopped", None)
+        if isinstance(stopped, str) and self.results.stopped is None:
+            self.results.stopped = stopped
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        """Innermost, so the gates report right after the last row, before the terminal
+        writes its final progress; only after a loop that ran to its end (an interrupted
+        run is partial: its scores prove nothing), on the process that saw every row."""
+        result = yield
+        if not is_xdist_worker(self.config) and not self.config.option.collectonly:
+            report_gates(session)
+        return result
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -235,9 +273,7 @@ class GeoCollector:
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             return
-        failing = write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
-        if failing and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
@@ -250,7 +286,17 @@ class GeoXdistHooks:
     """Only registered with xdist: workers' model usage reaches the controller."""
 
     def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.results = results_of(config)
+        self.checked = False
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The controller collects nothing: the first worker's ids name the suites."""
+        if not self.checked:
+            self.checked = True
+            rows = {nodeid: suite for nodeid in ids if (suite := suite_of_nodeid(nodeid)) is not None}
+            self.results.selected = set(rows)
+            _check_min_scores(self.config, set(rows.values()))
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         usage = getattr(node, "workeroutput", {}).get("geo_usage")

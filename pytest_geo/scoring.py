@@ -32,7 +32,11 @@ def normalize(returned: Any) -> Score:
     if isinstance(returned, bool):
         return Score(1.0 if returned else 0.0)
     if isinstance(returned, Real):
-        return Score(float(returned))
+        value = float(returned)
+        if not math.isfinite(value):
+            # A NaN would make the suite's mean NaN, which no threshold can fail.
+            raise MetricReturnError(f"metric returned {value}")
+        return Score(value)
     if isinstance(returned, tuple) and len(returned) == 2:
         value, feedback = returned
         inner = normalize(value)

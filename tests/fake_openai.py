@@ -25,7 +25,8 @@ from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
+FAULTS = ("ok", "429", "500", "401", "404", "drop", "slow", "malformed", "bad_ranking")
+RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 
@@ -88,7 +89,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             if self.faults:
                 return self.faults.popleft()
             if self.always is None and self.fault_rate and self.rng.random() < self.fault_rate:
-                return self.rng.choice(FAULTS[1:])
+                return self.rng.choice(RANDOM_FAULTS)
             return self.always
 
     def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
@@ -207,6 +208,10 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "401":  # like OpenAI: the error echoes the key it was given
                 given = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 self._send(401, {"error": {"message": f"Incorrect API key provided: {given}.", "type": "auth"}})
+                return
+            if fault == "404":  # like OpenAI for a model that does not exist
+                self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
+                                           "type": "invalid_request_error", "code": "model_not_found"}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},

@@ -114,11 +114,12 @@ def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI
 def test_an_errored_row_scores_zero_and_fails_the_command(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # One row at a time: the first request (row r0's) is refused for good (401 is not
-    # retried), the other rows run; E-GEO's rule: the errored row counts 0.0 in the mean.
-    fake_openai.fail_next("401")
+    # One row at a time: row r0's first two requests (its ranking and its rewrite) fail
+    # for good (a 500 with no retries), the other rows run; E-GEO's rule: the errored row
+    # counts 0.0 in the mean.
+    fake_openai.fail_next("500", "500")
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
-                 "--concurrency", "1", "--no-cache", "--verbose"])
+                 "--concurrency", "1", "--no-cache", "--verbose", "--max-retries", "0"])
     captured = capsys.readouterr()
     assert code == 1
     *rows, = (json.loads(line) for line in captured.out.splitlines() if line.startswith("{\"query_id\""))
@@ -126,5 +127,5 @@ def test_an_errored_row_scores_zero_and_fails_the_command(
     metrics = json.loads(captured.out[captured.out.index("{\n"):])
     assert metrics == {"n": 3, "avg_rank_improvement": 4 / 3, "win_rate": 2 / 3,
                        "stderr_rank_improvement": pytest.approx(2 / 3)}
-    assert "rows.jsonl: r0: error: ranker model call failed: HTTP 401" in captured.err \
-        or "rows.jsonl: r0: error: rewriter model call failed: HTTP 401" in captured.err
+    assert "rows.jsonl: r0: error: ranker model call failed: HTTP 500" in captured.err \
+        or "rows.jsonl: r0: error: rewriter model call failed: HTTP 500" in captured.err

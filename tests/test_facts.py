@@ -148,3 +148,16 @@ def test_mock_smoke_rewrites_add_no_facts(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("smoke.jsonl", "--geo-mock", "--geo-strict-facts")
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["new facts: fact_violation_rate=0.0000 (0 of 8 rewrites*"])
+
+
+@pytest.mark.parametrize("repeats", ["1", "2", "3"])
+def test_repeats_keep_the_fact_check(rewriter_project: pytest.Pytester, repeats: str) -> None:
+    result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json",
+                                        "--geo-repeats", repeats)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["new facts: fact_violation_rate=0.7500 (3 of 4 rewrites add facts not in the original)"])
+    report = json.loads((rewriter_project.path / "report.json").read_text())
+    rows = {r["query_id"]: r for r in report["rows"]}
+    assert rows["specs"]["fact_violations"] == ["0.9 kg", "32GB"]
+    assert report["geo"]["fact_violation_rate"] == 0.75
+    assert rows["price"]["feedback"].endswith("new facts: $99")

@@ -40,7 +40,9 @@ def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault
     fake_openai.fail_next(fault)
     response = ask(fake_openai, timeout=0.5)
     assert response.retries == 1 and '"ordered_ids"' in response.text
-    assert [r["headers"]["x-stainless-retry-count"] for r in fake_openai.requests] == ["0", "1"]
+    # A client's first call is tried once without the SDK's retries (so an unreachable
+    # server fails fast), then with them: two attempts, one retry.
+    assert len(fake_openai.requests) == 2
 
 
 @pytest.mark.parametrize(

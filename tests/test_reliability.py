@@ -21,6 +21,9 @@ def test_soak_every_row_is_reported_through_random_faults(served_project: GeoPro
     server = served_project.server
     server.fault_rate = 0.3
     server.slow_seconds = 1.0
+    # The first calls succeed: a 401 before any success stops the run at once (fail
+    # fast, tested in test_fail_fast.py); this soak is about faults in a working run.
+    server.fail_next(*["ok"] * 64)
     dataset = str(served_project.dataset(300))
     result = served_project.run(
         dataset, "--geo-report", "rep.json", "--geo-timeout", "0.3", "--geo-max-retries", "3",

@@ -123,7 +123,7 @@ def pytest_geo_make_client(config, settings):
     result.stdout.fnmatch_lines([
         "data/smoke.jsonl: n=8 *",
         f"  ci95=[[]{suite['ci95'][0]:.4f}, {suite['ci95'][1]:.4f}[]] up/unchanged/down={ups / 8:.2f}/{ties / 8:.2f}/0.00"
-        f" sign_test_p={0.5 ** ups:.4f}",
+        f" sign_test_p={0.5 ** ups:.4f} (over 8 rows without error) errors=0 error_rate=0.0000",
     ])
 
 
@@ -222,8 +222,12 @@ def test_significant_drop_fails_only_with_the_flag(geo_project: pytest.Pytester)
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
                                    "--geo-fail-on-regression")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["REGRESSION: data/smoke.jsonl::rank_improvement dropped against the baseline"
-                                 " (mean_diff=-0.5000, sign_test_p=0.0078)", "Evals:"])
+    result.assert_outcomes(passed=8, failed=1)
+    result.stdout.fnmatch_lines(["*_ data/smoke.jsonl::regression _*",  # the failure's own section, in full
+                                 "dropped against the baseline: mean_diff=-0.5000 over 8 paired rows,"
+                                 " sign_test_p=0.0078 < 0.05",
+                                 "FAILED data/smoke.jsonl::regression - dropped against the baseline*",
+                                 "*data/smoke.jsonl::rank_improvement [[]train[]]: * REGRESSION", "Evals:"])
     # five rows are too few for p < 0.05 (two-sided sign test, p = 1/16): not significant
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
                                    "--geo-fail-on-regression", "-k", "q1 or q2 or q3 or q4 or q5")

@@ -265,8 +265,8 @@ def test_threshold_fails_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=THRESHOLD.replace("THRESHOLD", "0.75"))
     result = run(pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["FAILED threshold: s::m scored 0.5000, below its threshold 0.7500"])
+    result.assert_outcomes(passed=2, failed=1)  # the gate is a failed test of its own
+    result.stdout.fnmatch_lines(["FAILED s::threshold - score 0.5000 < 0.7500 (s::m, n=2)"])
 
 
 def test_threshold_met_and_min_score_override(pytester: pytest.Pytester) -> None:
@@ -274,7 +274,7 @@ def test_threshold_met_and_min_score_override(pytester: pytest.Pytester) -> None
     assert run(pytester).ret == 0
     result = run(pytester, "--geo-min-score", "s=0.6")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["FAILED threshold: s::m scored 0.5000, below its threshold 0.6000"])
+    result.stdout.fnmatch_lines(["FAILED s::threshold - score 0.5000 < 0.6000 (s::m, n=2)"])
 
 
 def test_scores_alone_never_fail_without_threshold(pytester: pytest.Pytester) -> None:
@@ -359,11 +359,11 @@ def test_geo_metric_in_a_declared_suite_shares_the_report_format(geo_project: py
         threshold: 2.5
     """))
     result = geo_project.runpytest("rewriter.geo.yaml", "data/smoke.jsonl", "--geo-mock", "--geo-report", "r.json")
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=16, failed=1)
     result.stdout.fnmatch_lines([
+        "FAILED rewriter::threshold - score 2.0000 < 2.5000 *",
         "data/smoke.jsonl: n=8 avg_rank_improvement=2.0000 *",
         "rewriter: n=8 avg_rank_improvement=2.0000 *",
-        "FAILED threshold: rewriter::rank_improvement scored 2.0000, below its threshold 2.5000",
         "Evals:",
         "- data/smoke.jsonl::rank_improvement: 2.0000 | rank 3 -> 1 (x8)",
         "- rewriter::rank_improvement: 2.0000 | rank 3 -> 1 (x8)",

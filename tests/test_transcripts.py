@@ -65,8 +65,8 @@ def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(serv
 
 
 def test_a_failed_call_is_kept_with_its_error_and_no_key(served_project: GeoProject) -> None:
-    served_project.server.always = "401"
-    result = served_project.run(str(served_project.dataset(1)), "--geo-report", "r.json")
+    served_project.server.always = "500"  # not a fail-fast error (a 401 would stop the run before any row)
+    result = served_project.run(str(served_project.dataset(1)), "--geo-report", "r.json", "--geo-max-retries", "0")
     result.assert_outcomes(failed=1)
     report = read(served_project.pytester, "r.json")
     validate(report)

@@ -17,7 +17,7 @@ from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
-from pytest_geo.llm.base import ChatClient, ChatRequest
+from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
@@ -40,6 +40,7 @@ class GeoOutcome:
     # Every model call of the row in experiment order (rank_before, rewrite, rank_after),
     # for the HTML report's transcripts; plain dicts, since records cross processes.
     calls: tuple[ModelCall, ...] = field(default=(), repr=False, compare=False)
+    not_run: bool = False  # the model server was found unusable: no result, not an error
 
     @property
     def rank_improvement(self) -> int | None:
@@ -258,7 +259,7 @@ class GeoEngine:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure never stops the others
-            outcome = replace(outcome, error=one_line(exc))
+            outcome = replace(outcome, error=one_line(exc), not_run=isinstance(exc, ServerUnusable))
         # Copies: a call still in flight when its sibling failed must not change the record later.
         return replace(outcome, calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
 
@@ -290,6 +291,10 @@ class RepeatedOutcome:
     runs: tuple[tuple[tuple[str, ...], GeoOutcome], ...]
 
     @property
+    def not_run(self) -> bool:
+        return any(o.not_run for _, o in self.runs)
+
+    @property
     def error(self) -> str | None:
         return next((f"repeat {i}: {o.error}" for i, (_, o) in enumerate(self.runs) if o.error is not None), None)
 
@@ -303,7 +308,9 @@ class RepeatedOutcome:
             return f"error: {self.error}"
         before = self._mean([o.rank_before for _, o in self.runs])
         after = self._mean([o.rank_after for _, o in self.runs])
-        return f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+        text = f"rank {before:.2f} -> {after:.2f} (mean of {len(self.runs)} repeats)"
+        facts = list(dict.fromkeys(f for _, o in self.runs for f in o.fact_violations))
+        return f"{text}; new facts: {', '.join(facts)}" if facts else text
 
     def score(self) -> Score:
         value = sum(o.score().value for _, o in self.runs) / len(self.runs)
@@ -322,6 +329,8 @@ class RepeatedOutcome:
             score=self.score().value,
             feedback=self.feedback,
             error=self.error,
+            # A row adds facts if any repeat's rewrite does: each is a rewrite a user could ship.
+            fact_violations=list(dict.fromkeys(f for o in runs for f in o.fact_violations)),
             repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
             judge_noise=judge_noise([o.rank_before for o in runs]),
         )

@@ -21,11 +21,13 @@ from pytest_geo.engine.runner import BoundedClient, Runner
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.engine.variants import load_variants
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.breaker import Breaker
 from pytest_geo.llm.factory import build_client, with_cache
 from pytest_geo.llm.prices import price_table
 from pytest_geo.llm.usage import UsageClient, UsageTable
 from pytest_geo.settings import Settings
 
+MIN_CONSECUTIVE_FAILURES = 8
 REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
 
 Outcome = GeoOutcome | RepeatedOutcome
@@ -47,8 +49,13 @@ class GeoSession:
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
         requests = REQUESTS_PER_ROW * settings.concurrency
+        # Cache(Breaker(...)): cached answers are served even when the server is down.
+        # The breaker trips after as many consecutive failed calls as there are request
+        # slots (each already retried): every call in flight failed, then as many again.
+        self.breaker = Breaker(BoundedClient(backend, requests), getattr(backend, "base_url", None),
+                               consecutive=max(MIN_CONSECUTIVE_FAILURES, requests))
         prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
-        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings), prices)
+        self.usage = UsageClient(with_cache(self.breaker, backend, settings), prices)
         self.client: ChatClient = self.usage
         self.runner = Runner(settings.concurrency)
         self.rows = RowTracker()  # rows started, finished and errored, for the progress line
@@ -141,6 +148,11 @@ class GeoSession:
     def usage_table(self) -> UsageTable:
         """Model usage per role. Read it after `close`."""
         return self.usage.usage
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the model server is no longer called (fail fast, circuit breaker), or None."""
+        return self.breaker.tripped
 
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()

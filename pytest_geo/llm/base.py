@@ -35,11 +35,22 @@ class ChatResponse:
 
 
 class ModelError(Exception):
-    """A model call failed for good (after the backend's own retries, counted in `retries`)."""
+    """A model call failed for good (after the backend's own retries, counted in `retries`).
 
-    def __init__(self, message: str, retries: int = 0) -> None:
+    `fatal` names a failure no retry or later row can fix (the server cannot be reached
+    or found, the key is refused, the model does not exist); `transport` marks a failure
+    of the server rather than of its answer (connection, timeout, 429, 5xx)."""
+
+    def __init__(self, message: str, retries: int = 0, fatal: str | None = None, transport: bool = False) -> None:
         super().__init__(message)
         self.retries = retries
+        self.fatal = fatal
+        self.transport = transport or fatal is not None
+
+
+class ServerUnusable(ModelError):
+    """The run's model server was found unusable (llm/breaker.py): the call was not sent,
+    and the row counts as not run rather than as an error."""
 
 
 class ChatClient(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+import socket
 from typing import Any
 
 import openai
@@ -59,6 +60,7 @@ class OpenAIChatClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self._secret = api_key
+        self._reached = False  # has the server answered a call yet (see _post_first)
         http = _http_client()
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
@@ -68,20 +70,11 @@ class OpenAIChatClient:
         attempts: list[int] = []
         token = _attempts.set(attempts)
         try:
-            # `post` rather than `chat.completions.create`: the same SDK request (auth,
-            # retries, errors, typed ChatCompletion), without create()'s TypedDict
-            # transform of the messages, which walks every variant of the message union
-            # and was the largest CPU cost per call (our messages are plain text).
-            completion: Any = await self._client.post(
-                "/chat/completions",
-                body={"model": request.model, "messages": [dict(m) for m in request.messages],
-                      "temperature": request.temperature},
-                cast_to=ChatCompletion,
-            )
+            completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
         except openai.APIError as exc:
-            retries = max(attempts, default=0)
+            retries = _retries(attempts)
             failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
-            raise ModelError(failure, retries=retries) from None
+            raise ModelError(failure, retries=retries, fatal=_fatal(exc), transport=_transport(exc)) from None
         finally:
             try:
                 _attempts.reset(token)
@@ -94,8 +87,35 @@ class OpenAIChatClient:
             text=getattr(message, "content", None) or "",
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-            retries=max(attempts, default=0),
+            retries=_retries(attempts),
         )
+
+    async def _post(self, request: ChatRequest, client: Any = None) -> Any:
+        # `post` rather than `chat.completions.create`: the same SDK request (auth,
+        # retries, errors, typed ChatCompletion), without create()'s TypedDict
+        # transform of the messages, which walks every variant of the message union
+        # and was the largest CPU cost per call (our messages are plain text).
+        completion = await (client or self._client).post(
+            "/chat/completions",
+            body={"model": request.model, "messages": [dict(m) for m in request.messages],
+                  "temperature": request.temperature},
+            cast_to=ChatCompletion,
+        )
+        self._reached = True
+        return completion
+
+    async def _post_first(self, request: ChatRequest) -> Any:
+        """Until the server has answered once, try each call without the SDK's retries
+        first: a closed port, an unknown host, a refused key or an unknown model fails in
+        milliseconds instead of after every backoff. Anything else gets its retries."""
+        try:
+            return await self._post(request, self._client.with_options(max_retries=0))
+        except openai.APIError as exc:
+            if isinstance(exc, openai.APIStatusError):
+                self._reached = True
+            if _fatal(exc) is not None or self.max_retries == 0:
+                raise
+        return await self._post(request, self._client.with_options(max_retries=self.max_retries - 1))
 
     def _cause(self, exc: openai.APIError) -> str:
         """One line naming what went wrong, with the key (and anything key-like) removed."""
@@ -123,6 +143,39 @@ class OpenAIChatClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+FATAL_STATUS = {401: "the key was refused", 403: "the key was refused", 404: "model or endpoint not found"}
+
+
+def _fatal(exc: openai.APIError) -> str | None:
+    """Failures no retry fixes: the server cannot be reached (connection refused, unknown
+    host), refuses the key, or does not know the model or path."""
+    if isinstance(exc, openai.APIStatusError):
+        return FATAL_STATUS.get(exc.status_code)
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        if isinstance(seen, (ConnectionRefusedError, socket.gaierror)):
+            return "cannot connect"
+        if type(seen).__name__ in ("ClientConnectorError", "ClientConnectorDNSError", "ConnectError"):
+            return "cannot connect"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _transport(exc: openai.APIError) -> bool:
+    """A failure of the server, not of its answer: what the circuit breaker counts."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError))
+
+
+def _retries(attempts: list[int]) -> int:
+    """Attempts the HTTP layer saw, less the first: a first call tried once without the
+    SDK's retries (`_post_first`) and then with them counts as one client-side call."""
+    return max(len(attempts) - 1, 0)
 
 
 def _after(retries: int) -> str:

@@ -18,15 +18,18 @@ from pytest_geo.data.dataset import (
     iter_dataset,
     row_names,
 )
+from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.pytest_layer.items import (
     EmptySplitItem,
     GeoProblemItem,
     GeoRowItem,
     SuiteItem,
 )
-from pytest_geo.pytest_layer.state import register_marker, settings_of
-from pytest_geo.suites.suite import Suite, SuiteError, load_rows, suites_in
+from pytest_geo.pytest_layer.state import DECLARED_SUITES, register_marker, settings_of
+from pytest_geo.suites.suite import Metric, Suite, SuiteError, load_rows, suites_in
 from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
+
+_GEO_METRIC_ENTRY = Metric(GEO_METRIC, "", None)
 
 
 def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: str, split: str,
@@ -73,6 +76,11 @@ class GeoDatasetFile(pytest.File):
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
         self.add_marker("geo")  # on the file, not per item: its rows inherit it
+        if not lines:
+            # The suite rule: an empty dataset still reports (n=0, 0.0, "no examples").
+            yield EmptySplitItem.from_parent(self, name="[no examples]", metric=_GEO_METRIC_ENTRY,
+                                             suite=self.nodeid, split="train")
+            return
         yield from _geo_items(self, lines, suite=self.nodeid, split="train")
 
 
@@ -86,6 +94,10 @@ class SuiteCollector(pytest.Collector):
     def collect(self) -> Iterator[pytest.Item]:
         settings = settings_of(self.config)
         where = self.parent.nodeid if self.parent is not None else ""
+        declared = self.config.stash[DECLARED_SUITES].setdefault(self.suite.name, (self.suite, where))
+        if declared[0] is not self.suite:
+            # One name, one suite: results, thresholds and reports are keyed by it.
+            raise self.CollectError(f"{where}: suite {self.suite.name!r} is already declared in {declared[1]}")
         try:
             metric = self.suite.check()
             splits = self.suite.splits(settings.split)

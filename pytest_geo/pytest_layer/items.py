@@ -16,7 +16,7 @@ from pytest_geo.data.record import (
     suite_record,
     where,
 )
-from pytest_geo.pytest_layer.state import geo_session_of
+from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, geo_session_of
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suites.procedures import running_with
 from pytest_geo.suites.suite import Metric, score_metric
@@ -32,12 +32,21 @@ class GeoItem(pytest.Item):
 
     line: int = 0
     geo_record: RowRecord | None = None
+    geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
 
     def __init__(self, *, suite: str, split: str, threshold: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite_name = suite
         self.split = split
         self.threshold = threshold
+
+    def row_error(self, message: str) -> None:
+        """An errored row fails its item; with --geo-max-error-rate the error is tolerated
+        here (xfailed, with the message) and judged per suite at the end of the run."""
+        limit = self.config.stash.get(MAX_ERROR_RATE, None)
+        if limit is not None:
+            pytest.xfail(f"{message} (tolerated by --geo-max-error-rate {limit:g})")
+        raise GeoRowFailure(message)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
@@ -59,11 +68,16 @@ class GeoRowItem(GeoItem):
         super().__init__(**kwargs)
 
     def runtest(self) -> None:
-        outcome = geo_session_of(self.config).outcome(self.row)
+        geo = geo_session_of(self.config)
+        outcome = geo.outcome(self.row)
+        if outcome.not_run:
+            # One failure for the whole run (the model_server gate), not one per row.
+            self.geo_stopped = geo.stopped or outcome.error
+            pytest.skip(f"not run: {self.geo_stopped}")
         self.geo_record = geo_record(self.row, outcome.record(), suite=self.suite_name, split=self.split,
                                      nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
-            raise GeoRowFailure(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
+            self.row_error(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
 
 
 class GeoProblemItem(GeoItem):
@@ -95,7 +109,7 @@ class SuiteItem(GeoItem):
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
         if score.error:
-            raise GeoRowFailure(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

@@ -17,6 +17,7 @@ from pytest_geo.options import (
     positive_float,
     positive_int,
     progress_mode,
+    share,
     split_mode,
     temperature,
     variant,
@@ -87,7 +88,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "or all (both, reported separately) (ini: geo_split).")
     group.addoption("--geo-min-score", type=min_score, action="append", default=[], metavar="SUITE=VALUE",
                     help="fail the run when SUITE's score is below VALUE; repeatable; overrides the "
-                         "suite's own threshold.")
+                         "suite's own threshold. SUITE: a selected suite's name, or a dataset's path "
+                         "(relative to the current directory, or absolute).")
+    group.addoption("--geo-max-error-rate", type=share, default=None, metavar="R",
+                    help="fail the run when a suite's share of errored rows exceeds R, between 0 and 1 "
+                         "(ini: geo_max_error_rate; default: fail only when every row of a suite errored).")
     group.addoption("--geo-strict-facts", action="store_true", default=None,
                     help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
                          "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
@@ -111,6 +116,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "most every 10 s elsewhere; auto (default) is off under -q -q (ini: geo_progress).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
+    group.addoption("--geo-baseline-force", action="store_true", default=False,
+                    help="compare with a baseline made with the mock against a real model, or with other "
+                         "models (refused otherwise).")
     group.addoption("--geo-fail-on-regression", action="store_true", default=False,
                     help="with --geo-baseline: fail the run when a suite drops significantly "
                          "(paired sign test p < 0.05 and mean difference < 0).")
@@ -136,6 +144,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
+    parser.addini("geo_max_error_rate", "most share of errored rows per suite (0 to 1)", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
     parser.addini("geo_prices", "model prices in dollars per million tokens, one "
                   "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
@@ -158,6 +167,12 @@ def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str],
         return convert(raw)
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"ini option {ini}: {exc}") from None
+
+
+def max_error_rate(config: pytest.Config) -> float | None:
+    """The error-rate gate's limit; None: only a suite whose every row errored fails."""
+    limit: float | None = _pick(config, "geo_max_error_rate", "geo_max_error_rate", share)
+    return limit
 
 
 def settings_from_config(config: pytest.Config) -> Settings:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
     from pytest_geo.pytest_layer.lookahead import WorkerLookahead
     from pytest_geo.pytest_layer.progress import PluginProgress
+    from pytest_geo.suites.suite import Suite
 
 SETTINGS = pytest.StashKey[Settings]()
 SESSION: pytest.StashKey[GeoSession | None] = pytest.StashKey()
@@ -23,6 +24,9 @@ DATASETS = pytest.StashKey[set[Path]]()
 LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
 PROGRESS: pytest.StashKey[PluginProgress | None] = pytest.StashKey()
+# suite name -> (the suite, the file declaring it): a second suite under one name is an error
+DECLARED_SUITES = pytest.StashKey[dict[str, tuple["Suite", str]]]()
+MAX_ERROR_RATE: pytest.StashKey[float | None] = pytest.StashKey()  # --geo-max-error-rate
 
 
 def settings_of(config: pytest.Config) -> Settings:

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from pytest_geo.llm.usage import cost_line, usage_lines
-from pytest_geo.pytest_layer.state import settings_of
+from pytest_geo.pytest_layer.gate_reports import send_gate_reports
+from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
+from pytest_geo.report.gates import gate_failures
 from pytest_geo.report.html import write_html_report
 from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
@@ -17,22 +19,31 @@ from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import terminal_lines
 
 
-def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> bool:
-    """Write the reports asked for; True when a gate (threshold, regression) fails the run."""
+def report_gates(session: pytest.Session) -> None:
+    """Check the gates once every row has reported; each failing one becomes a failed
+    test report (gate_reports.py), which also makes the exit status 1."""
+    config = session.config
+    results = results_of(config)
+    results.gates = gate_failures(results, fail_on_regression=config.getoption("geo_fail_on_regression"),
+                                  max_error_rate=config.stash[MAX_ERROR_RATE])
+    send_gate_reports(session, results.gates)
+
+
+def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> None:
+    """Write the reports asked for."""
     results.metadata = run_metadata(settings_of(config), started, duration)
     path, html_path = config.getoption("geo_report"), config.getoption("geo_html")
-    write_html = bool(html_path) and not results.empty
+    write_html = bool(html_path) and not results.nothing_selected
     if path or write_html:
         report = build_report(results)
         if path:
             write_json_atomic(Path(path), report)
         if write_html:
             write_html_report(Path(html_path), report)
-    return bool(results.below_threshold() or (config.getoption("geo_fail_on_regression") and results.regressions()))
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
-    if results.empty:
+    if results.nothing_selected:
         return
     terminalreporter.write_sep("=", "pytest-geo evaluation")
     if results.usage:

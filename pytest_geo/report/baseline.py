@@ -34,6 +34,9 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
     problem = _shape_problem(data)
     if problem:
         raise BaselineError(f"--geo-baseline: {name} is not a pytest-geo report: {problem}")
+    if data.get("complete") is False:
+        raise BaselineError(f"--geo-baseline: {name} is a partial run ({data.get('not_run', '?')} selected rows "
+                            "did not run); compare with the report of a complete run")
     return data
 
 
@@ -52,6 +55,44 @@ def _shape_problem(data: Any) -> str | None:
     return None
 
 
+# Roles whose model decides an eval run's numbers (the optimizer's takes no part in it).
+EVAL_ROLES = ("ranker", "rewriter")
+
+
+def differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What differs between the baseline's run and this one, from their metadata: (every
+    difference, in words; the ones that make the comparison meaningless: the mock
+    against a real model, or other models)."""
+    before = baseline.get("metadata")
+    if not isinstance(before, Mapping):
+        return ["the baseline records no run metadata (models, prompts, seed)"], []
+    listed: list[str] = []
+    refusing: list[str] = []
+    if bool(before.get("mock")) != bool(current["mock"]):
+        words = {True: "the mock", False: "a real model"}
+        refusing.append(f"model: {words[bool(before.get('mock'))]} in the baseline, {words[bool(current['mock'])]} now")
+    elif not current["mock"]:
+        models = _mapping(before.get("models"))
+        for role in EVAL_ROLES:
+            if models.get(role) != current["models"].get(role):
+                refusing.append(f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now")
+        if before.get("base_url_host") != current["base_url_host"]:
+            listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
+    hashes = _mapping(before.get("prompts_sha256"))
+    for name in sorted(set(hashes) | set(current["prompts_sha256"])):
+        if hashes.get(name) != current["prompts_sha256"].get(name):
+            state = "added" if name not in hashes else "removed" if name not in current["prompts_sha256"] else "changed"
+            listed.append(f"prompt {name}: {state}")
+    for key in ("seed", "repeats"):
+        if key in before and before[key] != current[key]:
+            listed.append(f"{key}: {before[key]} in the baseline, {current[key]} now")
+    return refusing + listed, refusing
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class Comparison:
     suite: str
@@ -60,6 +101,8 @@ class Comparison:
     score: float
     baseline_score: float | None
     paired: Paired | None
+    # Rows in both runs left out of the pairing because they errored in either run.
+    errored_pairs: int = 0
 
     @property
     def label(self) -> str:
@@ -82,28 +125,35 @@ class Comparison:
             p = self.paired
             text += (f"; paired n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
                      f"sign_test_p={format_p(p.sign_test_p)}")
+        if self.errored_pairs:
+            text += f"; {self.errored_pairs} row(s) with an error in either run left out of the pairing"
         return text
 
     def as_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "metric": self.metric, "split": self.split, "score": self.score,
                 "baseline_score": self.baseline_score, "diff": self.diff,
                 "paired": self.paired.as_json() if self.paired is not None else None,
-                "regression": self.regression}
+                "errored_pairs": self.errored_pairs, "regression": self.regression}
 
 
 def compare(
     suites: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]
 ) -> list[Comparison]:
     before_suites = {(s["suite"], s["metric"], s["split"]): float(s["score"]) for s in baseline["suites"]}
-    before_rows = {(r["suite"], r["nodeid"]): float(r["score"]) for r in baseline["rows"]}
+    before_rows = {(r["suite"], r["nodeid"]): r for r in baseline["rows"]}
     by_suite: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         by_suite.setdefault((row["suite"], row["split"]), []).append(row)
     comparisons = []
     for s in suites:
-        matched = [(float(r["score"]), before_rows[(r["suite"], r["nodeid"])])
-                   for r in by_suite.get((s["suite"], s["split"]), ()) if (r["suite"], r["nodeid"]) in before_rows]
+        both = [(r, before_rows[(r["suite"], r["nodeid"])])
+                for r in by_suite.get((s["suite"], s["split"]), ()) if (r["suite"], r["nodeid"]) in before_rows]
+        # An errored row scores 0.0: paired with a clean one it would read as a drop (or a
+        # gain) that says nothing about the prompt. Only rows clean in both runs pair.
+        matched = [(float(now["score"]), float(before["score"])) for now, before in both
+                   if now.get("error") is None and before.get("error") is None]
         pairs = paired([a for a, _ in matched], [b for _, b in matched]) if matched else None
         comparisons.append(Comparison(s["suite"], s["metric"], s["split"], float(s["score"]),
-                                      before_suites.get((s["suite"], s["metric"], s["split"])), pairs))
+                                      before_suites.get((s["suite"], s["metric"], s["split"])), pairs,
+                                      errored_pairs=len(both) - len(matched)))
     return comparisons

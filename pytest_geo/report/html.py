@@ -52,6 +52,7 @@ tr.detail>td{background:#fafafa}
 .transcript pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.35 ui-monospace,monospace}
 .controls{display:flex;gap:16px;align-items:center;margin:8px 0}
 .bad{color:#b00020}.meta{color:#555}.good{color:#1b7f3b;font-weight:600}
+.banner{background:#fde7e9;border:1px solid #b00020;padding:.5em}
 h3{font-size:14px;margin:16px 0 4px}
 .figures{display:flex;flex-wrap:wrap;gap:24px}
 svg text{font:11px system-ui,sans-serif;fill:#333}
@@ -179,6 +180,7 @@ def _suite_rows(report: Mapping[str, Any]) -> Iterable[list[str]]:
             _cell(s["score"], "num " + flag, _fixed()),
             f'<td class="num" title="{escape(method)}">{escape(ci)}</td>',
             _cell(s.get("win_rate"), "num", _fixed()),
+            _cell(f"{s.get('errors', 0)} ({float(s.get('error_rate', 0.0)):.4f})", "num"),
             _cell(s.get("moved_up"), "num", _fixed()),
             _cell(s.get("unchanged"), "num", _fixed()),
             _cell(s.get("moved_down"), "num", _fixed()),
@@ -250,6 +252,14 @@ def _usage_table(report: Mapping[str, Any]) -> str:
     return _table(headers, rows, "usage") + f'<p class="meta">{escape(note)}</p>'
 
 
+def partial_run_banner(report: Mapping[str, Any]) -> str:
+    """An interrupted run's scores cover only the rows that ran: say so first."""
+    if report.get("complete", True):
+        return ""
+    return (f'<p class="banner partial" role="alert">Partial run: {escape(str(report.get("not_run", "?")))} '
+            "selected rows did not run; the scores cover only the rows that ran.</p>")
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     meta = report.get("metadata") or {}
     rows = report.get("rows", [])
@@ -262,6 +272,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         "<title>pytest-geo report</title>",
         f"<style>{CSS}</style></head><body>",
         "<h1>pytest-geo report</h1>",
+        partial_run_banner(report),
         f'<p class="meta">{escape("mock model" if meta.get("mock") else models)}; '
         f"seed {escape(str(meta.get('seed', '')))}; "
         f"started {escape(str(meta.get('started_at', '')))}; {escape(str(meta.get('duration_s', '')))} s; "
@@ -276,6 +287,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "score",
                 "95% CI",
                 "win rate",
+                "errors (rate)",
                 "up",
                 "unchanged",
                 "down",
@@ -314,7 +326,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         parts += [
             "<h2>GEO rank improvements</h2>",
             '<div class="figures">',
-            histogram_svg(geo_rows),
+            histogram_svg([r for r in geo_rows if r.get("error") is None]),  # an error is no "+0" move
             before_after_svg(geo_rows),
             "</div>",
         ]

@@ -24,8 +24,9 @@ from pytest_geo.report.variants import compare_variants
 def build_report(results: Results) -> dict[str, Any]:
     report = _build_report(results)
     report["geo"]["statistics"] = {
-        "overall": statistics(results.geo_overall(), results.geo_scores(), True),
-        "datasets": {name: statistics(s.summary, s.scores, True) for name, s in results.geo_suite_results().items()},
+        "overall": statistics(results.geo_overall(), results.geo_clean_scores(), True),
+        "datasets": {name: statistics(s.summary, s.clean_scores, True)
+                     for name, s in results.geo_suite_results().items()},
     }
     floors = noise_floors(results.records)
     for suite in report["suites"]:  # with --geo-repeats K >= 2: the judge's noise floor
@@ -38,7 +39,8 @@ def build_report(results: Results) -> dict[str, Any]:
     if results.metadata is not None:
         report["metadata"] = results.metadata
     if results.baseline is not None:
-        report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()]}
+        report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
+                              "differences": results.baseline_differences}
     return report
 
 
@@ -56,8 +58,14 @@ def _build_report(results: Results) -> dict[str, Any]:
         "problems": sorted(results.problems, key=order),
         "usage": results.usage,
         "cost": cost_json(results.usage),
+        "complete": results.complete,
+        "not_run": results.not_run,
+        "gates": [g.as_json() for g in results.gates],
     }
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    """Strict JSON: a NaN or infinity is a bug upstream (metrics and thresholds are checked
+    to be finite), never a bare `NaN` token other JSON readers reject."""
+    text = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n")

@@ -54,17 +54,24 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def run_metadata(settings: Settings, started: float, duration: float) -> dict[str, Any]:
+def run_identity(settings: Settings) -> dict[str, Any]:
+    """What makes two runs' numbers comparable (a baseline is checked against it)."""
     return {
         "models": dict(settings.models),
         "mock": settings.mock,
         "base_url_host": None
         if settings.mock
         else base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")),
-        "prompts_dir": str(settings.prompts_dir),
         "prompts_sha256": prompt_hashes(settings.prompts_dir),
         "seed": settings.seed,
         "repeats": settings.repeats,
+    }
+
+
+def run_metadata(settings: Settings, started: float, duration: float) -> dict[str, Any]:
+    return {
+        **run_identity(settings),
+        "prompts_dir": str(settings.prompts_dir),
         "variants": {name: str(path) for name, path in settings.variants.items()},
         "versions": versions(),
         "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),

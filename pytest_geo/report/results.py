@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.scoring import Summary, summarize
+
+if TYPE_CHECKING:
+    from pytest_geo.report.gates import GateFailure
 
 REPORT_FORMAT_VERSION = 1
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
@@ -26,6 +29,10 @@ class SuiteResult:
     feedback: str
     threshold: float | None
     scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    errors: int = 0
+    # The scores of rows that ran without error: movement and sign tests read only these,
+    # so a burst of failed calls (scored 0.0) never reads as "unchanged" or as a drop.
+    clean_scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -35,33 +42,47 @@ class SuiteResult:
     def below_threshold(self) -> bool:
         return self.threshold is not None and self.summary.mean < self.threshold
 
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.summary.n if self.summary.n else 0.0
+
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "suite": self.suite, "metric": self.metric, "split": self.split, "n": self.summary.n,
             "score": self.summary.mean, "win_rate": self.summary.win_rate, "stderr": self.summary.stderr,
             "feedback": self.feedback, "threshold": self.threshold, "below_threshold": self.below_threshold,
+            "errors": self.errors, "error_rate": self.error_rate,
         }
         if self.metric == GEO_METRIC:
             data.update(self.summary.as_geo())
-        data.update(statistics(self.summary, self.scores, geo=self.metric == GEO_METRIC))
+        data.update(statistics(self.summary, self.clean_scores, geo=self.metric == GEO_METRIC))
         return data
 
 
-def statistics(summary: Summary, scores: Iterable[float], geo: bool) -> dict[str, Any]:
-    """The 95% confidence interval of the mean; for GEO, how rows moved and the sign test.
+def statistics(summary: Summary, clean_scores: Iterable[float], geo: bool) -> dict[str, Any]:
+    """The 95% confidence interval of the mean (over every row, errors as 0.0); for GEO,
+    how rows moved and the sign test, over the rows that ran without error only
+    (`movement_n` says how many).
 
     A suite whose scores are all 0 or 1 scores a proportion, bounded by [0, 1]: its
     interval is Wilson's, which stays within the bounds (a t interval of 3 rows of 0/1
-    can read [-0.77, 2.10]). GEO rank improvements are unbounded: always t."""
-    values = [float(s) for s in scores]
+    can read [-0.77, 2.10]); an errored row is a 0 among the n. GEO rank improvements
+    are unbounded: always t."""
+    values = [float(s) for s in clean_scores]
     if not geo and is_proportion(values):
-        ci, method = wilson_interval(sum(1 for v in values if v == 1.0), len(values)), "wilson"
+        ci, method = wilson_interval(sum(1 for v in values if v == 1.0), summary.n), "wilson"
     else:
         ci, method = confidence_interval(summary.mean, summary.stderr, summary.n), "t"
     data: dict[str, Any] = {"ci95": list(ci) if ci is not None else None, "ci95_method": method}
     if geo:
-        data.update(movement(values).as_json())
+        moved = movement(values)
+        data.update(moved.as_json())
+        data["movement_n"] = moved.n
     return data
+
+
+def has_error(record: RowRecord) -> bool:
+    return record.get("error") is not None
 
 
 def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
@@ -92,6 +113,12 @@ class Results:
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
+    baseline_differences: list[str] = field(default_factory=list)  # how the baseline's run differs from this one
+    gates: list[GateFailure] = field(default_factory=list)  # failed gates, set once every row reported
+    # Node ids of the selected pytest-geo items (set after collection): the rows a
+    # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
+    selected: set[str] = field(default_factory=set)
+    stopped: str | None = None  # why the model server stopped being called (llm/breaker.py)
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
@@ -103,6 +130,20 @@ class Results:
     @property
     def empty(self) -> bool:
         return not self.records
+
+    @property
+    def nothing_selected(self) -> bool:
+        """A run without pytest-geo rows: no summary, no HTML."""
+        return not self.records and not self.selected
+
+    @property
+    def not_run(self) -> int:
+        """Selected rows that never reported a result."""
+        return len(self.selected - {r["nodeid"] for r in self.records})
+
+    @property
+    def complete(self) -> bool:
+        return self.not_run == 0
 
     @property
     def problems(self) -> list[RowRecord]:
@@ -124,7 +165,9 @@ class Results:
             threshold = self.min_scores.get(suite, records[0]["threshold"])
             feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
             values = tuple(float(r["score"]) for r in scored)
-            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values))
+            clean = tuple(float(r["score"]) for r in scored if not has_error(r))
+            results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values,
+                                       errors=len(values) - len(clean), clean_scores=clean))
         return results
 
     def geo_suites(self) -> dict[str, Summary]:
@@ -136,6 +179,10 @@ class Results:
 
     def geo_scores(self) -> list[float]:
         return [r["score"] for r in self.records if r["kind"] == "geo"]
+
+    def geo_clean_scores(self) -> list[float]:
+        """GEO rows that ran without error: what movement and the sign test read."""
+        return [r["score"] for r in self.records if r["kind"] == "geo" and not has_error(r)]
 
     def geo_overall(self) -> Summary:
         return summarize(self.geo_scores())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.report.noise import NoiseFloor, noise_floors
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
@@ -30,10 +31,12 @@ def format_geo_line(label: str, summary: Summary, noise: NoiseFloor | None = Non
     return f"{label}: n={metrics['n']} " + " ".join(shown(name) for name in GEO_METRICS[1:])
 
 
-def format_stats_line(summary: Summary, scores: Iterable[float]) -> str:
-    stats = statistics(summary, scores, geo=True)
+def format_stats_line(summary: Summary, clean_scores: Iterable[float], errors: int = 0) -> str:
+    stats = statistics(summary, clean_scores, geo=True)
+    rate = errors / summary.n if summary.n else 0.0
     return (f"  ci95={format_ci(stats['ci95'])} up/unchanged/down={stats['moved_up']:.2f}/{stats['unchanged']:.2f}/"
-            f"{stats['moved_down']:.2f} sign_test_p={format_p(stats['sign_test_p'])}")
+            f"{stats['moved_down']:.2f} sign_test_p={format_p(stats['sign_test_p'])} "
+            f"(over {stats['movement_n']} rows without error) errors={errors} error_rate={rate:.4f}")
 
 
 def terminal_lines(results: Results, show_split: bool = False, written: Sequence[str] = ()) -> list[str]:
@@ -43,7 +46,8 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
     floors = noise_floors(results.records)
     for name, suite in results.geo_suite_results().items():
         noise = floors.get((name, suite.split))
-        lines += [format_geo_line(name, suite.summary, noise), format_stats_line(suite.summary, suite.scores)]
+        lines += [format_geo_line(name, suite.summary, noise),
+                  format_stats_line(suite.summary, suite.clean_scores, suite.errors)]
         if noise is not None:
             lines.append(noise.summary())
     if len(results.geo_suites()) > 1:
@@ -51,13 +55,15 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
     for comparison in compare_variants(results.records, results.suites()):
         lines += comparison.lines(show_split)
     lines += fact_lines(results)
+    for suite in results.suites():
+        if suite.errors and suite.metric != GEO_METRIC:
+            lines.append(f"errors: {suite.label} [{suite.split}]: {suite.errors} of {suite.summary.n} rows "
+                         f"errored (error_rate={suite.error_rate:.4f}), each scored 0.0")
+    if not results.complete:
+        lines.append(f"partial run: {results.not_run} of {len(results.selected)} selected rows did not run; "
+                     "the scores cover only the rows that ran")
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
-    for failed in results.below_threshold():
-        lines.append(
-            f"FAILED threshold: {failed.label} scored {failed.summary.mean:.4f}, "
-            f"below its threshold {failed.threshold:.4f}"
-        )
     lines += baseline_lines(results)
     lines += written
     lines.append("Evals:")
@@ -73,14 +79,9 @@ def baseline_lines(results: Results) -> list[str]:
     if results.baseline is None:
         return []
     lines = [f"baseline {results.baseline_path}:"]
+    lines += [f"  differs: {difference}" for difference in results.baseline_differences]
     for c in comparisons:
-        lines.append(f"  {c.summary()}")
-    for c in comparisons:
-        if c.regression and c.paired is not None:
-            lines.append(
-                f"REGRESSION: {c.label} dropped against the baseline "
-                f"(mean_diff={c.paired.mean_diff:+.4f}, sign_test_p={format_p(c.paired.sign_test_p)})"
-            )
+        lines.append(f"  {c.summary()}" + (" REGRESSION" if c.regression else ""))
     return lines
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import keyword
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,12 @@ class Suite:
                 f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one"
             )
         metric = self.metrics[0]
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
+            or not math.isfinite(self.threshold)
+        ):
+            # NaN compares false with every score: a NaN threshold would never fail.
+            raise SuiteError(f"suite {self.name!r}: threshold must be a finite number, got {self.threshold!r}")
         if metric.dataset not in self.data and metric.dataset not in self.test_data:
             defined = ", ".join(sorted({*self.data, *self.test_data})) or "none"
             raise SuiteError(

@@ -1,0 +1,46 @@
+"""Stop calling a model server that cannot serve the run.
+
+Fail fast: until one call has succeeded, a fatal failure (connection refused, unknown
+host, a refused key, an unknown model) means every call will fail the same way. Circuit
+breaker: after a run of consecutive failed calls (each already retried), the server is
+down. Either way the breaker trips: calls are no longer sent, they raise ServerUnusable
+at once, and the rows they belong to count as not run."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
+
+
+class Breaker:
+    def __init__(self, inner: ChatClient, base_url: str | None, consecutive: int) -> None:
+        self.inner = inner
+        self.host = (urlsplit(base_url).hostname if base_url else None) or "the model server"
+        self.consecutive = consecutive
+        self.failures = 0
+        self.succeeded = False
+        self.tripped: str | None = None  # why calls are no longer sent: one message for the run
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        if self.tripped is not None:
+            raise ServerUnusable(self.tripped)
+        try:
+            response = await self.inner.complete(request)
+        except ModelError as exc:
+            if exc.fatal is not None and not self.succeeded:
+                self.tripped = self.tripped or (
+                    f"cannot use {self.host} for model {request.model}: {exc.fatal} ({exc})")
+                raise ServerUnusable(self.tripped) from None
+            if exc.transport:
+                self.failures += 1
+                if self.failures >= self.consecutive and self.tripped is None:
+                    self.tripped = (f"stopped calling {self.host} (model {request.model}) after {self.failures} "
+                                    f"consecutive failed calls; last: {exc}")
+            raise
+        self.succeeded = True
+        self.failures = 0
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,62 @@
+"""The run's gates: a suite below its threshold, a significant regression against the
+baseline, too many errored rows. Each failing gate is one line with a node id of its own,
+so the pytest layer can report it as a failed test where CI looks (the final line,
+`-rf`, JUnit XML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_geo.report.numbers import format_p
+from pytest_geo.report.results import Results, SuiteResult
+
+MODEL_SERVER_GATE = "pytest-geo::model_server"
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    nodeid: str  # `<suite>::threshold`, `<suite>::regression`, `<suite>::error_rate`
+    message: str  # one line: why the gate failed
+
+    def as_json(self) -> dict[str, Any]:
+        return {"nodeid": self.nodeid, "message": self.message}
+
+
+def gate_nodeid(results: Results, suite: str, split: str, gate: str) -> str:
+    """`<suite>::<gate>`, with the split when the suite reports more than one."""
+    splits = {s.split for s in results.suites() if s.suite == suite}
+    return f"{suite}::{gate}" + (f"[{split}]" if len(splits) > 1 else "")
+
+
+def error_rate_failed(suite: SuiteResult, max_error_rate: float | None) -> bool:
+    """Without a limit every errored row fails its own item, so there is nothing to add
+    here; with one, errored rows are tolerated one by one and judged here per suite."""
+    return max_error_rate is not None and suite.summary.n > 0 and suite.error_rate > max_error_rate
+
+
+def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate: float | None) -> list[GateFailure]:
+    failures = []
+    if results.stopped is not None:
+        failures.append(GateFailure(MODEL_SERVER_GATE, f"{results.stopped}; {results.not_run} row(s) not run"))
+    for suite in results.suites():
+        if suite.below_threshold:
+            failures.append(GateFailure(
+                gate_nodeid(results, suite.suite, suite.split, "threshold"),
+                f"score {suite.summary.mean:.4f} < {suite.threshold:.4f} ({suite.label}, n={suite.summary.n})",
+            ))
+        if error_rate_failed(suite, max_error_rate):
+            failures.append(GateFailure(
+                gate_nodeid(results, suite.suite, suite.split, "error_rate"),
+                f"error_rate {suite.error_rate:.4f} > {max_error_rate:.4f} "
+                f"({suite.errors} of {suite.summary.n} rows errored)",
+            ))
+    if fail_on_regression:
+        for c in results.regressions():
+            assert c.paired is not None  # a regression is a paired result
+            failures.append(GateFailure(
+                gate_nodeid(results, c.suite, c.split, "regression"),
+                f"dropped against the baseline: mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows, "
+                f"sign_test_p={format_p(c.paired.sign_test_p)} < 0.05",
+            ))
+    return failures
