@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.schemas import error_path, first_error, validator
+from pytest_geo.text import printable
 
 if TYPE_CHECKING:
     import jsonschema
@@ -228,9 +230,18 @@ def read_dataset(path: Path | str, seed: int, display: str | None = None) -> lis
     return list(iter_dataset(path, seed, display))
 
 
+# The shapes of generated names: a query id of one of these shapes is never used as is.
+GENERATED_NAME = re.compile(r"line\d+|.*@line\d+", re.DOTALL)
+
+
 def row_names(lines: Sequence[DatasetLine]) -> list[str]:
-    """Stable node-id names: the query_id, or `line<N>`; a query_id used more than once
-    gets its line number too, so every row stays distinct."""
+    """Stable node-id names, distinct by construction.
+
+    A query id is used as it is when it is used once, holds nothing a terminal would
+    interpret, and does not look like a generated name; a row without one is
+    `line<N>`; any other query id becomes `<query id, escaped>@line<N>`. Verbatim names
+    are distinct (used once) and never look generated; `line<N>` and `...@line<N>` are
+    distinct among themselves (one row per line) and from each other (`@`)."""
     counts: dict[str, int] = {}
     for item in lines:
         if item.query_id is not None:
@@ -240,8 +251,8 @@ def row_names(lines: Sequence[DatasetLine]) -> list[str]:
         qid = item.query_id
         if qid is None:
             names.append(f"line{item.line}")
-        elif counts[qid] > 1:
-            names.append(f"{qid}@line{item.line}")
-        else:
+        elif counts[qid] == 1 and not GENERATED_NAME.fullmatch(qid) and printable(qid) == qid:
             names.append(qid)
+        else:
+            names.append(f"{printable(qid)}@line{item.line}")
     return names
