@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
+FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 
@@ -90,8 +90,11 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.in_flight -= 1
 
 
-def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
-    """The content a sensible model would give, computed from the prompt text."""
+def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
+    """The content a sensible model would give, computed from the prompt text.
+
+    `echo_headers`: a usable answer that also quotes every request header (a proxy or
+    a model that echoes its input), the Authorization header and its key included."""
     messages = body.get("messages", [])
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = next((m["content"] for m in messages if m.get("role") == "user"), "")
@@ -103,9 +106,13 @@ def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
-        return "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+        echo = f"You sent {json.dumps(headers)}.\n" if fault == "echo_headers" else ""
+        return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
     description = DESCRIPTION.search(user)
-    return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
+    rewritten = rewrite({"description": description.group(1) if description else ""})
+    if fault == "echo_headers":
+        rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
+    return json.dumps({"rewritten_description": rewritten})
 
 
 def _candidates(text: str) -> list[dict[str, Any]]:
@@ -168,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
                            {"retry-after-ms": "20"})
                 return
-            content = answer_for(body, fault)
+            content = answer_for(body, fault, {k.lower(): v for k, v in self.headers.items()})
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
             self._send(200, {
                 "id": f"chatcmpl-{len(server.requests)}",

@@ -65,3 +65,23 @@ def test_a_baseline_repeating_a_node_id_pairs_none_of_those_rows() -> None:
                                             {"suite": "s", "nodeid": "f::b", "score": 0.0}]}
     (comparison,) = compare([suite], rows, baseline)
     assert comparison.paired is not None and comparison.paired.n == 1
+
+
+def test_a_call_failing_with_any_exception_counts_as_an_error() -> None:
+    import asyncio
+
+    from pytest_geo.llm.base import ChatRequest
+    from pytest_geo.llm.usage import UsageClient
+
+    class Broken:
+        async def complete(self, request: ChatRequest) -> Any:
+            raise RuntimeError("the SDK failed in its own way")
+
+        async def aclose(self) -> None:
+            pass
+
+    usage = UsageClient(Broken())
+    request = ChatRequest(role="ranker", model="m", messages=({"role": "user", "content": "x"},))
+    with pytest.raises(RuntimeError):
+        asyncio.run(usage.complete(request))
+    assert usage.usage["ranker"]["errors"] == 1

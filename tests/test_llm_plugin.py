@@ -151,6 +151,44 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     assert all(r["headers"]["authorization"] == f"Bearer {SENTINEL}" for r in served_project.server.requests)
 
 
+def test_a_key_echoed_in_answers_reaches_no_file_and_no_output(
+    served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server answering 200 with every request header quoted (Authorization too): the
+    key reaches neither the terminal nor any file the run writes (reports, JUnit, HTML,
+    cache entries), nor does another key-shaped token in an answer."""
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    served_project.server.always = "echo_headers"
+    dataset = str(served_project.dataset(3))
+    before = {p for p in served_project.pytester.path.rglob("*") if p.is_file()}
+    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-html", "rep.html", "-rA", "-v",
+                                "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=3)
+    assert served_project.server.requests[0]["headers"]["authorization"] == f"Bearer {SENTINEL}"
+    written = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in before]
+    assert {"rep.json", "rep.html", "junit.xml"} <= {p.name for p in written}
+    assert len([p for p in written if "d/geo" in p.as_posix()]) == 9  # one cache entry per call
+    texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in written]
+    assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
+    assert "Bearer [key]" in (served_project.pytester.path / "rep.json").read_text()  # the echo, scrubbed
+
+    # the rerun answers from the cache: still no key in what it prints
+    rerun = served_project.run(dataset, "-rA", "-v")
+    rerun.assert_outcomes(passed=3)
+    assert SENTINEL not in rerun.stdout.str()
+
+
+def test_a_base_url_with_credentials_is_refused_at_start(served_project: GeoProject) -> None:
+    url = served_project.server.url.replace("http://", "http://user:s3cret-pw@")
+    result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url", url, "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: the base URL (--geo-base-url, geo_base_url or OPENAI_BASE_URL) holds a user "
+                                 "name or password (user:password@host): remove them and give the key in "
+                                 "OPENAI_API_KEY"])
+    assert "s3cret" not in result.stdout.str() + result.stderr.str()
+    assert served_project.server.requests == []
+
+
 def test_usage_from_xdist_workers_reaches_the_report(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(4))
     result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", "2",

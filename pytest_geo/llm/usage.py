@@ -54,6 +54,9 @@ class UsageClient:
             counts["errors"] += 1
             counts["retries"] += exc.retries
             raise
+        except Exception:  # any other failure of the call (a client that raised) is an error too
+            counts["errors"] += 1
+            raise
         if response.cached:
             counts["cache_hits"] += 1
         else:
