@@ -67,6 +67,12 @@ CASES = [
          "top_level_array.jsonl:2: expected one JSON object per line, got an array"),
     Case("datasets", "deeply_nested.jsonl", "deeply_nested.jsonl:2: invalid JSON: nested too deeply"),
     Case("datasets", "huge_integer.jsonl", "huge_integer.jsonl:2: invalid JSON: a number with too many digits"),
+    Case("datasets", "nul_byte.jsonl", "nul_byte.jsonl:2: invalid JSON: Invalid control character at column 82"),
+    Case("datasets", "blank_candidate_id.jsonl",
+         "blank_candidate_id.jsonl:2: candidates[0].id: must not be blank (only whitespace)"),
+    Case("datasets", "duplicate_key.jsonl", "duplicate_key.jsonl:2: duplicate key 'query' in one object"),
+    Case("datasets", "duplicate_key_in_candidate.jsonl",
+         "duplicate_key_in_candidate.jsonl:2: duplicate key 'id' in one object"),
     # accepted, not errors: a byte-order mark, CRLF line ends, a query_id used three times
     Case("datasets", "bom.jsonl", ""),
     Case("datasets", "crlf.jsonl", ""),

@@ -101,7 +101,22 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
         return f"{where}: expected {error.validator_value}, got {got} {shorten(json.dumps(error.instance), 40)}"
     if error.validator == "minLength" and error.instance == "":
         return f"{where}: must not be empty"
+    if error.validator == "pattern" and isinstance(error.instance, str) and not error.instance.strip():
+        return f"{where}: must not be blank (only whitespace)"
     return f"{where}: {shorten(error.message)}"
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object: json keeps the last silently."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(key)
+        result[key] = value
+    return result
 
 
 def choose_target(seed: int, query: str, candidate_ids: list[str]) -> str:
@@ -120,7 +135,9 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
     if not text.strip():
         return None
     try:
-        obj: Any = json.loads(text)
+        obj: Any = json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
     except json.JSONDecodeError as exc:
         if exc.msg.startswith("Unterminated string"):
             return RowProblem(
@@ -132,7 +149,8 @@ def parse_line(path: str, line_no: int, raw: bytes, seed: int) -> DatasetLine | 
             return RowProblem(
                 path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
             )
-        return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
+        # json's own message can end in "at" ("Invalid control character at")
+        return RowProblem(path, line_no, f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}")
     except RecursionError:
         return RowProblem(path, line_no, "invalid JSON: nested too deeply")
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
@@ -184,6 +202,7 @@ def _plainly_valid(obj: Any) -> bool:
     return all(
         isinstance(c, dict)
         and isinstance(c.get("id"), str)
+        and not c["id"].isspace()
         and c["id"]
         and isinstance(c.get("title"), str)
         and isinstance(c.get("description"), str)
