@@ -8,8 +8,9 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from pytest_geo.data.files import open_regular
 from pytest_geo.data.schemas import error_path, first_error, validator
 from pytest_geo.text import printable
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     import jsonschema
 
 MAX_MESSAGE = 200
+MAX_LINE_BYTES = 16 << 20  # one row; a longer line is a problem, read past in bounded memory
 RowKey = tuple[str, int]  # (dataset path, line): where a row comes from, unique in a run
 
 
@@ -218,17 +220,38 @@ def _query_id(obj: Any) -> str | None:
     return None
 
 
-def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
-    """Yield each non-blank line of a JSONL file as a row or a problem, lazily."""
-    path = Path(path)
-    label = display or str(path)
+def open_dataset(path: Path | str, label: str) -> BinaryIO:
+    """A JSONL file opened for reading; DatasetError naming it when it is missing, not a
+    regular file (a FIFO, /dev/zero) or unreadable."""
     try:
-        handle = path.open("rb")
+        return open_regular(path)
     except OSError as exc:
         raise DatasetError(f"{label}: cannot read dataset: {exc.strerror or exc}") from None
-    with handle:
-        for line_no, raw in enumerate(handle, start=1):
-            parsed = parse_line(label, line_no, raw.rstrip(b"\r\n"), seed)
+
+
+def read_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the line end) per physical line; None for a line
+    longer than MAX_LINE_BYTES, whose rest is skipped without being held in memory."""
+    line_no = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        line_no += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = handle.readline(1 << 20)
+            yield line_no, None
+        else:
+            yield line_no, raw.rstrip(b"\r\n")
+
+
+def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
+    """Yield each non-blank line of a JSONL file as a row or a problem, lazily."""
+    label = display or str(path)
+    with open_dataset(path, label) as handle:
+        for line_no, raw in read_lines(handle):
+            if raw is None:
+                yield RowProblem(label, line_no, f"line longer than {MAX_LINE_BYTES // (1 << 20)} MiB")
+                continue
+            parsed = parse_line(label, line_no, raw, seed)
             if parsed is not None:
                 yield parsed
 

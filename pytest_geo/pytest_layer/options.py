@@ -151,7 +151,8 @@ def dataset_paths(config: pytest.Config) -> list[Path]:
     for path, source in named:
         resolved = (config.invocation_params.dir / path).resolve() if not path.is_absolute() else path
         if not resolved.is_file():
-            raise pytest.UsageError(f"{source}: dataset not found: {path}")
+            problem = "not a regular file" if resolved.exists() else "not found"
+            raise pytest.UsageError(f"{source}: dataset {problem}: {path}")
         paths.append(resolved)
     return paths
 
