@@ -96,6 +96,7 @@ CASES = [
     Case("suites", "python_tag.geo.yaml",
          "python_tag.geo.yaml:1: invalid YAML: could not determine a constructor for the tag "
          "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    Case("suites", "duplicate_key.geo.yaml", "duplicate_key.geo.yaml:4: invalid YAML: found duplicate key 'data'"),
     Case("suites", "unknown_key.geo.yaml",
          "unknown_key.geo.yaml: (top level): Additional properties are not allowed ('colour' was unexpected)"),
     Case("suites", "missing_metric.geo.yaml", "missing_metric.geo.yaml: (top level): 'metric' is a required property"),

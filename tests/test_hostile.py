@@ -197,3 +197,31 @@ def test_a_run_over_a_cache_with_planted_fifos_and_dev_zero_links_completes(serv
     result = served_project.pytester.runpytest_subprocess(*served_project.args(dataset), timeout=HANG_GUARD)
     result.assert_outcomes(passed=2)
     assert len(served_project.server.requests) == 6  # every entry was a miss
+
+
+# --- YAML suites: no alias bombs, no recursion, no silent overrides ----------------------
+
+ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bomb", "suite: square\n" + ALIAS_BOMB,
+     "bomb.geo.yaml:7: invalid YAML: aliases expand the document beyond 100,000 nodes"),
+    ("deep", "suite: square\ndata: " + "[" * 20_000 + "]" * 20_000 + "\n",
+     "deep.geo.yaml:2: invalid YAML: nested more than 100 levels deep"),
+])
+def test_yaml_bombs_are_invalid_yaml_in_bounded_memory(pytester: pytest.Pytester, name: str, text: str,
+                                                       message: str) -> None:
+    (pytester.path / f"{name}.geo.yaml").write_text(text)
+    done = run_limited(pytester, "from pathlib import Path\n"
+                                 "from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file\n"
+                                 "try:\n"
+                                 f"    load_suite_file(Path('{name}.geo.yaml'), '{name}.geo.yaml')\n"
+                                 "except SuiteFileError as exc:\n"
+                                 "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == message + "\n"
+    result = pytester.runpytest(f"{name}.geo.yaml")
+    result.stdout.fnmatch_lines([message])
+    no_traceback(result)
