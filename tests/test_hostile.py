@@ -225,3 +225,86 @@ def test_yaml_bombs_are_invalid_yaml_in_bounded_memory(pytester: pytest.Pytester
     result = pytester.runpytest(f"{name}.geo.yaml")
     result.stdout.fnmatch_lines([message])
     no_traceback(result)
+
+
+# --- clean failures ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--geo-report", "--geo-html"])
+def test_a_report_path_that_is_a_directory_is_a_usage_error_at_start(pytester: pytest.Pytester, flag: str) -> None:
+    copy_prompts(pytester.path / "prompts")
+    (pytester.path / "rows.jsonl").write_text(ROW % "ok1")
+    (pytester.path / "out").mkdir()
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", flag, "out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {flag}: out is a directory; name a file"])
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
+def test_a_report_path_without_write_access_is_a_usage_error_at_start(pytester: pytest.Pytester) -> None:
+    copy_prompts(pytester.path / "prompts")
+    (pytester.path / "rows.jsonl").write_text(ROW % "ok1")
+    (pytester.path / "locked").mkdir(mode=0o500)
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "locked/r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --geo-report: cannot write locked/r.json: no write access to *locked"])
+
+
+WRITE_FAILS_CONFTEST = '''
+import pytest_geo.pytest_layer.summary as summary
+
+def pytest_configure(config):
+    def refuse(path, payload):
+        raise PermissionError(13, "Permission denied")
+    summary.write_json_atomic = refuse
+'''
+
+
+def test_a_report_write_failing_at_the_end_keeps_the_summary_and_the_other_report(pytester: pytest.Pytester) -> None:
+    copy_prompts(pytester.path / "prompts")
+    (pytester.path / "rows.jsonl").write_text(ROW % "ok1" + ROW % "ok2")
+    pytester.makeconftest(WRITE_FAILS_CONFTEST)
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "r.json", "--geo-html", "r.html")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["pytest-geo: --geo-report: cannot write r.json: Permission denied",
+                                 "HTML report written to r.html", "Evals:", "- rows.jsonl::rank_improvement: *"])
+    assert (pytester.path / "r.html").is_file()
+    no_traceback(result)
+
+
+def test_control_characters_from_data_and_answers_are_escaped_on_the_terminal(pytester: pytest.Pytester) -> None:
+    copy_prompts(pytester.path / "prompts")
+    evil = "\x1b[2J\x1b[31mred\x00nul\nnext"
+    pytester.makeconftest(f'''
+from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.base import ModelError
+
+class Evil(MockClient):
+    async def complete(self, request):
+        if "second" in request.context.get("query", ""):
+            raise ModelError({evil!r})
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return Evil()
+''')
+    rows = [json.loads(ROW % "x"), json.loads(ROW % "plain")]
+    rows[0]["query_id"] = evil
+    rows[1]["query"] = "second kettle"
+    (pytester.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = pytester.runpytest("rows.jsonl", "-v", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "\x1b" not in text and "\x00" not in text
+    result.stdout.fnmatch_lines(["*rows.jsonl::\\x1b[[]2J\\x1b[[]31mred\\x00nul\\x0anext@line1 PASSED*",
+                                 "rows.jsonl:2: error: \\x1b[[]2J\\x1b[[]31mred\\x00nul*",
+                                 "- rows.jsonl::rank_improvement: * error: \\x1b[[]2J*"])
+
+
+def test_a_report_path_under_a_file_is_a_usage_error_at_start(pytester: pytest.Pytester) -> None:
+    copy_prompts(pytester.path / "prompts")
+    (pytester.path / "rows.jsonl").write_text(ROW % "ok1")
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-html", "rows.jsonl/r.html")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --geo-html: cannot write rows.jsonl/r.html: no write access to *rows.jsonl"])

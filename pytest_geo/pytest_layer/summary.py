@@ -3,6 +3,7 @@ decide the exit status, and the terminal summary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import terminal_lines
+from pytest_geo.text import printable
 
 
 def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> bool:
@@ -24,25 +26,36 @@ def write_reports(config: pytest.Config, results: Results, started: float, durat
     write_html = bool(html_path) and not results.empty
     if path or write_html:
         report = build_report(results)
+        # Paths were checked at start; a write can still fail (disk full, permissions
+        # changed): one line in the summary, and the other report is still written.
         if path:
-            write_json_atomic(Path(path), report)
+            _write(results, "--geo-report", path, lambda: write_json_atomic(Path(path), report))
         if write_html:
-            write_html_report(Path(html_path), report)
+            _write(results, "--geo-html", html_path, lambda: write_html_report(Path(html_path), report))
     return bool(results.below_threshold() or (config.getoption("geo_fail_on_regression") and results.regressions()))
+
+
+def _write(results: Results, flag: str, path: str, write: Callable[[], None]) -> None:
+    try:
+        write()
+    except OSError as exc:
+        results.write_errors.append(f"pytest-geo: {flag}: cannot write {path}: {exc.strerror or exc}")
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
     if results.empty:
         return
     terminalreporter.write_sep("=", "pytest-geo evaluation")
+    for error in results.write_errors:
+        terminalreporter.write_line(error, red=True)
     path = config.getoption("geo_report")
-    if path:
+    if path and not any("--geo-report" in e for e in results.write_errors):
         terminalreporter.write_line(f"report written to {path}")
     if results.usage:
         terminalreporter.write_line("model usage:")
         for line in usage_lines(results.usage):
             terminalreporter.write_line(f"  {line}")
-    if config.getoption("geo_html"):
+    if config.getoption("geo_html") and not any("--geo-html" in e for e in results.write_errors):
         terminalreporter.write_line(f"HTML report written to {config.getoption('geo_html')}")
     for line in terminal_lines(results, show_split=settings_of(config).split == "all"):
-        terminalreporter.write_line(line)
+        terminalreporter.write_line(printable(line))  # feedback holds model and dataset text

@@ -85,6 +85,7 @@ class Results:
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
+    write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
