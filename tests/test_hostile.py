@@ -251,12 +251,13 @@ def test_a_report_path_without_write_access_is_a_usage_error_at_start(pytester: 
 
 
 WRITE_FAILS_CONFTEST = '''
-import pytest_geo.pytest_layer.summary as summary
+import shutil
+from pathlib import Path
 
-def pytest_configure(config):
-    def refuse(path, payload):
-        raise PermissionError(13, "Permission denied")
-    summary.write_json_atomic = refuse
+def pytest_sessionstart(session):
+    # after the start check passed: the report's directory becomes a file
+    shutil.rmtree("out")
+    Path("out").write_text("")
 '''
 
 
@@ -264,10 +265,11 @@ def test_a_report_write_failing_at_the_end_keeps_the_summary_and_the_other_repor
     copy_prompts(pytester.path / "prompts")
     (pytester.path / "rows.jsonl").write_text(ROW % "ok1" + ROW % "ok2")
     pytester.makeconftest(WRITE_FAILS_CONFTEST)
-    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "r.json", "--geo-html", "r.html")
+    (pytester.path / "out").mkdir()
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "out/r.json", "--geo-html", "r.html")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["pytest-geo: --geo-report: cannot write r.json: Permission denied",
+    result.stdout.fnmatch_lines(["pytest-geo: --geo-report: cannot write out/r.json: Not a directory",
                                  "HTML report written to r.html", "Evals:", "- rows.jsonl::rank_improvement: *"])
     assert (pytester.path / "r.html").is_file()
     no_traceback(result)
