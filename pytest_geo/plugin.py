@@ -22,6 +22,7 @@ from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLo
 from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
     add_options,
+    check_report_paths,
     dataset_paths,
     max_error_rate,
     settings_from_config,
@@ -86,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     _load_baseline(config)
+    if not is_xdist_worker(config):
+        check_report_paths(config)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")

@@ -25,7 +25,7 @@ from typing import Any
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("ok", "429", "500", "401", "404", "drop", "slow", "malformed", "bad_ranking")
+FAULTS = ("ok", "429", "500", "401", "404", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
@@ -51,6 +51,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         # flight at once: a test of concurrency then passes on a slow machine as well as a
         # fast one, and fails (slowly) only when the client never sends that many at once.
         self.hold_until = 0
+        # The fault for a request chosen from its body (None: the usual rules), so a test can
+        # fail one row's calls whatever order the client sends them in.
+        self.fault_for: Callable[[dict[str, Any]], str | None] | None = None
         # Requests this returns True for wait `hold_seconds` (or until `released` is set).
         self.holds: Callable[[dict[str, Any]], bool] | None = None
         self.released = threading.Event()
@@ -79,13 +82,18 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.max_in_flight = 0
             self.hold_until = 0
             self.holds = None
+            self.fault_for = None
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
         self.faults.extend(faults)
 
-    def _next_fault(self) -> str | None:
+    def _next_fault(self, body: dict[str, Any]) -> str | None:
         with self.lock:
+            if self.fault_for is not None:
+                chosen = self.fault_for(body)
+                if chosen is not None:
+                    return chosen
             if self.faults:
                 return self.faults.popleft()
             if self.always is None and self.fault_rate and self.rng.random() < self.fault_rate:
@@ -108,8 +116,11 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.in_flight -= 1
 
 
-def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
-    """The content a sensible model would give, computed from the prompt text."""
+def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
+    """The content a sensible model would give, computed from the prompt text.
+
+    `echo_headers`: a usable answer that also quotes every request header (a proxy or
+    a model that echoes its input), the Authorization header and its key included."""
     messages = body.get("messages", [])
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = next((m["content"] for m in messages if m.get("role") == "user"), "")
@@ -121,9 +132,13 @@ def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
-        return "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+        echo = f"You sent {json.dumps(headers)}.\n" if fault == "echo_headers" else ""
+        return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
     description = DESCRIPTION.search(user)
-    return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
+    rewritten = rewrite({"description": description.group(1) if description else ""})
+    if fault == "echo_headers":
+        rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
+    return json.dumps({"rewritten_description": rewritten})
 
 
 BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)
@@ -188,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.server
         server._enter(body, {k.lower(): v for k, v in self.headers.items()})
         try:
-            fault = server._next_fault()
+            fault = server._next_fault(body)
             fault = None if fault == "ok" else fault
             if server.hold_until:
                 server._hold()
@@ -217,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
                            {"retry-after-ms": "20"})
                 return
-            content = answer_for(body, fault)
+            content = answer_for(body, fault, {k.lower(): v for k, v in self.headers.items()})
             prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
             self._send(200, {
                 "id": f"chatcmpl-{len(server.requests)}",

@@ -114,10 +114,9 @@ def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI
 def test_an_errored_row_scores_zero_and_fails_the_command(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # One row at a time: row r0's first two requests (its ranking and its rewrite) fail
-    # for good (a 500 with no retries), the other rows run; E-GEO's rule: the errored row
-    # counts 0.0 in the mean.
-    fake_openai.fail_next("500", "500")
+    # Row r0's calls fail for good (a 500 with no retries), the other rows run; E-GEO's
+    # rule: the errored row counts 0.0 in the mean.
+    fake_openai.fault_for = lambda body: "500" if "red kettle number 0" in json.dumps(body) else None
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
                  "--concurrency", "1", "--no-cache", "--verbose", "--max-retries", "0"])
     captured = capsys.readouterr()

@@ -67,10 +67,19 @@ CASES = [
          "top_level_array.jsonl:2: expected one JSON object per line, got an array"),
     Case("datasets", "deeply_nested.jsonl", "deeply_nested.jsonl:2: invalid JSON: nested too deeply"),
     Case("datasets", "huge_integer.jsonl", "huge_integer.jsonl:2: invalid JSON: a number with too many digits"),
+    Case("datasets", "nul_byte.jsonl", "nul_byte.jsonl:2: invalid JSON: Invalid control character at column 82"),
+    Case("datasets", "blank_candidate_id.jsonl",
+         "blank_candidate_id.jsonl:2: candidates[0].id: must not be blank (only whitespace)"),
+    Case("datasets", "duplicate_key.jsonl", "duplicate_key.jsonl:2: duplicate key 'query' in one object"),
+    Case("datasets", "duplicate_key_in_candidate.jsonl",
+         "duplicate_key_in_candidate.jsonl:2: duplicate key 'id' in one object"),
     # accepted, not errors: a byte-order mark, CRLF line ends, a query_id used three times
     Case("datasets", "bom.jsonl", ""),
     Case("datasets", "crlf.jsonl", ""),
     Case("datasets", "duplicate_query_ids.jsonl", "", ("dup@line1", "dup@line2", "dup@line3")),
+    # generated names never equal a query id (test_hostile.py checks each row keeps its data)
+    Case("datasets", "colliding_names.jsonl", "",
+         ("q1@line1", "q1@line2", "q1@line2@line3", "line4", "line4@line5", "ok1", "ok3")),
     # prompt directories: the run stops at start (exit 4) naming the file and the placeholder
     Case("prompts", "missing_file", "ERROR: */missing_file/rewriter_system.txt: prompt file not found", ()),
     Case("prompts", "missing_placeholder",
@@ -87,6 +96,7 @@ CASES = [
     Case("suites", "python_tag.geo.yaml",
          "python_tag.geo.yaml:1: invalid YAML: could not determine a constructor for the tag "
          "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    Case("suites", "duplicate_key.geo.yaml", "duplicate_key.geo.yaml:4: invalid YAML: found duplicate key 'data'"),
     Case("suites", "unknown_key.geo.yaml",
          "unknown_key.geo.yaml: (top level): Additional properties are not allowed ('colour' was unexpected)"),
     Case("suites", "missing_metric.geo.yaml", "missing_metric.geo.yaml: (top level): 'metric' is a required property"),

@@ -60,3 +60,34 @@ def test_long_lines_give_short_messages(tmp_path: Path) -> None:
     assert isinstance(problem, RowProblem)
     assert str(problem).startswith(f"{path}:1: candidates: expected array, got str")
     assert len(str(problem)) < 300
+
+
+def _lines_with_ids(tmp_path: Path, ids: list[str | None]) -> list[GeoRow | RowProblem]:
+    rows = [{"query": "q", "candidates": CANDS[:2], "target_id": "a"} | ({} if q is None else {"query_id": q})
+            for q in ids]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return read_dataset(path, seed=1)
+
+
+def test_generated_names_never_equal_a_query_id(tmp_path: Path) -> None:
+    ids = ["q1", "q1", "q1@line2", None, "line4", "line5@line4", "ok"]
+    names = row_names(_lines_with_ids(tmp_path, ids))
+    assert len(set(names)) == len(names), names
+    assert names[-1] == "ok"  # a plain, unique id stays as it is
+    assert names[3] == "line4"  # the row without an id keeps its line name
+
+
+def test_names_are_distinct_for_any_query_ids(tmp_path: Path) -> None:
+    """Every id a name could be built from, and every name the rule builds, as query ids."""
+    ids: list[str | None] = []
+    for line in range(1, 5):
+        ids += [None, f"line{line}", f"x@line{line}", "x", "x\n", "x\\x0a", f"x\\x0a@line{line}", "x\x1b"]
+    names = row_names(_lines_with_ids(tmp_path, ids))
+    assert len(set(names)) == len(names)
+    assert all(not any(ord(ch) < 32 for ch in name) for name in names)
+
+
+def test_control_characters_in_query_ids_are_escaped_in_names(tmp_path: Path) -> None:
+    names = row_names(_lines_with_ids(tmp_path, ["\x1b[31mred", "a\nb", "plain"]))
+    assert names == ["\\x1b[31mred@line1", "a\\x0ab@line2", "plain"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import copy_prompts
 from pytest_geo.engine.facts import extract_facts, new_facts
@@ -161,3 +164,31 @@ def test_repeats_keep_the_fact_check(rewriter_project: pytest.Pytester, repeats:
     assert rows["specs"]["fact_violations"] == ["0.9 kg", "32GB"]
     assert report["geo"]["fact_violation_rate"] == 0.75
     assert rows["price"]["feedback"].endswith("new facts: $99")
+
+
+# --- adversarial text: linear time (bench/bench_facts.py measures it; the timeout here
+# only stops a hang, as the old quadratic patterns took 77 s on 60 KB)
+
+ADVERSARIAL_UNITS = ["a-", "1-", "1.", "a.", "1,", "1,111", "1", "a", "1 x ", "a1-", "$1 ", "ISO 1-", "1 kg ", " ",
+                     "WH-1000XM5 ", "two ", "CE ", "1st ", "30 per cent "]
+
+
+@settings(max_examples=60, deadline=None)
+@given(units=st.lists(st.sampled_from(ADVERSARIAL_UNITS), min_size=1, max_size=3),
+       repeat=st.integers(min_value=1, max_value=20_000), noise=st.text(max_size=40))
+def test_adversarial_text_is_checked_without_a_hang(units: list[str], repeat: int, noise: str) -> None:
+    text = ("".join(units) * repeat)[:60_000] + noise
+    start = time.perf_counter()
+    assert set(new_facts(text, text)) == set()  # a text states every fact it holds
+    new_facts("a kettle", text)
+    assert time.perf_counter() - start < 30, "hang guard: the bench measures speed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(list("a1 -.,x$€kgCE2TWOtwo ISO%\n\t_") + [" per cent", "RoHS", "TÜV", " kg",
+                                                                                " x "]), max_size=60).map("".join))
+def test_windowed_matching_finds_what_a_whole_text_scan_finds(text: str) -> None:
+    from pytest_geo.engine.facts import PATTERN, _facts_of, _matches
+
+    whole = [f for m in PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
+    assert [f for _, kind, written in _matches(text) for f in _facts_of(kind, written)] == whole

@@ -62,11 +62,12 @@ def test_circuit_breaker_after_consecutive_failures(served_project: GeoProject) 
     result = served_project.run(dataset, "--geo-no-cache", "--geo-max-retries", "0", "--geo-concurrency", "1",
                                 "--geo-report", "r.json")
     outcomes = result.parseoutcomes()
-    # Two calls at once per row; the breaker trips after 8 consecutive failed calls.
-    assert outcomes["failed"] - 1 <= 5 and outcomes["skipped"] >= 45
+    # The breaker trips after 8 consecutive failed calls; a failed row counts one or two
+    # (its rewrite is cancelled when its ranking fails first).
+    assert outcomes["failed"] - 1 <= 8 and outcomes["skipped"] >= 42
     assert outcomes["failed"] - 1 + outcomes["skipped"] == 50
     [message] = model_server_failure(result)
     assert message.startswith("stopped calling 127.0.0.1 (model ") and "after 8 consecutive failed calls" in message
-    assert len(server.requests) <= 10
+    assert len(server.requests) <= 2 * 8  # at most two calls a row reached the server, 8 of them counted
     report = json.loads((served_project.pytester.path / "r.json").read_text())
     assert report["not_run"] == outcomes["skipped"] and report["complete"] is False

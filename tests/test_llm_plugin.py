@@ -148,9 +148,11 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    # A first run that works leaves answers in the cache, to be searched for the key too.
+    served_project.run(str(served_project.dataset(1, "first.jsonl"))).assert_outcomes(passed=1)
     dataset = str(served_project.dataset(3))
-    served_project.server.fail_next("401")  # the server's error message echoes the key
-    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-concurrency", "1", "-rA",
+    served_project.server.always = "401"  # the server's error message echoes the key
+    result = served_project.run(dataset, "--geo-no-cache", "--geo-report", "rep.json", "--geo-concurrency", "1", "-rA",
                                 "--junitxml", "junit.xml", "--log-file", "run.log", "--log-file-level", "DEBUG")
     result.assert_outcomes(failed=1, skipped=3)  # a refused key on the first call stops the run
     result.stdout.fnmatch_lines(["*HTTP 401 (Incorrect API key provided: ?key?.)*"])
@@ -161,6 +163,44 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in files]
     assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
     assert all(r["headers"]["authorization"] == f"Bearer {SENTINEL}" for r in served_project.server.requests)
+
+
+def test_a_key_echoed_in_answers_reaches_no_file_and_no_output(
+    served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server answering 200 with every request header quoted (Authorization too): the
+    key reaches neither the terminal nor any file the run writes (reports, JUnit, HTML,
+    cache entries), nor does another key-shaped token in an answer."""
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    served_project.server.always = "echo_headers"
+    dataset = str(served_project.dataset(3))
+    before = {p for p in served_project.pytester.path.rglob("*") if p.is_file()}
+    result = served_project.run(dataset, "--geo-report", "rep.json", "--geo-html", "rep.html", "-rA", "-v",
+                                "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=3)
+    assert served_project.server.requests[0]["headers"]["authorization"] == f"Bearer {SENTINEL}"
+    written = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in before]
+    assert {"rep.json", "rep.html", "junit.xml"} <= {p.name for p in written}
+    assert len([p for p in written if "d/geo" in p.as_posix()]) == 9  # one cache entry per call
+    texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in written]
+    assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
+    assert "Bearer [key]" in (served_project.pytester.path / "rep.json").read_text()  # the echo, scrubbed
+
+    # the rerun answers from the cache: still no key in what it prints
+    rerun = served_project.run(dataset, "-rA", "-v")
+    rerun.assert_outcomes(passed=3)
+    assert SENTINEL not in rerun.stdout.str()
+
+
+def test_a_base_url_with_credentials_is_refused_at_start(served_project: GeoProject) -> None:
+    url = served_project.server.url.replace("http://", "http://user:s3cret-pw@")
+    result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url", url, "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: the base URL (--geo-base-url, geo_base_url or OPENAI_BASE_URL) holds a user "
+                                 "name or password (user:password@host): remove them and give the key in "
+                                 "OPENAI_API_KEY"])
+    assert "s3cret" not in result.stdout.str() + result.stderr.str()
+    assert served_project.server.requests == []
 
 
 def test_usage_from_xdist_workers_reaches_the_report(served_project: GeoProject) -> None:

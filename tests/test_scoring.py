@@ -64,3 +64,42 @@ def test_normalize_rejects_other_values(returned: object) -> None:
 
 def test_error_score() -> None:
     assert Score.from_error(ValueError("boom")) == Score(0.0, "error: boom", True)
+
+
+def test_a_failed_ranking_cancels_the_rows_rewrite() -> None:
+    """rank_before and the rewrite run together; when the ranking fails for good, the
+    rewrite still waiting on the model is cancelled, not left sending calls for a row
+    that has already failed."""
+    import asyncio
+
+    from conftest import PROMPTS
+    from pytest_geo.data.dataset import Candidate, GeoRow
+    from pytest_geo.engine.experiment import GeoEngine
+    from pytest_geo.engine.prompts import load_prompts
+    from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+
+    events: list[str] = []
+
+    class RankerDown:
+        async def complete(self, request: ChatRequest) -> ChatResponse:
+            if request.role == "ranker":
+                await asyncio.sleep(0)
+                raise ModelError("ranker down")
+            try:
+                await asyncio.Event().wait()  # a rewrite that never answers
+            except asyncio.CancelledError:
+                events.append("rewrite cancelled")
+                raise
+            raise AssertionError("unreachable")
+
+        async def aclose(self) -> None:
+            pass
+
+    row = GeoRow("d.jsonl", 1, "red kettle", (Candidate("a", "A", "a"), Candidate("b", "B", "b")), "b", "q1")
+    engine = GeoEngine(load_prompts(PROMPTS), RankerDown(), {"ranker": "m", "rewriter": "m"})
+
+    async def run() -> tuple[str | None, list[str]]:
+        outcome = await asyncio.wait_for(engine.run(row), timeout=10)
+        return outcome.error, list(events)  # seen as the row ends, before the loop closes
+
+    assert asyncio.run(run()) == ("ranker down", ["rewrite cancelled"])

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from pytest_geo.data.files import open_regular
 from pytest_geo.data.schemas import error_path, first_error, validator
+from pytest_geo.text import printable
 
 if TYPE_CHECKING:
     import jsonschema
 
 MAX_MESSAGE = 200
+MAX_LINE_BYTES = 16 << 20  # one row; a longer line is a problem, read past in bounded memory
 SourceKey = tuple[str, int]  # (dataset path, line): where a row comes from, unique in a run
 RowKey = tuple[str, int, str | None]  # and the variant it runs with (--geo-variant; None without)
 
@@ -105,6 +109,8 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
         return f"{where}: expected {error.validator_value}, got {got} {shorten(json.dumps(error.instance), 40)}"
     if error.validator == "minLength" and error.instance == "":
         return f"{where}: must not be empty"
+    if error.validator == "pattern" and isinstance(error.instance, str) and not error.instance.strip():
+        return f"{where}: must not be blank (only whitespace)"
     return f"{where}: {shorten(error.message)}"
 
 
@@ -122,6 +128,19 @@ class TargetChooser:
         return self.rng.choice(candidate_ids)
 
 
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object: json keeps the last silently."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(key)
+        result[key] = value
+    return result
+
+
 def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]], str]) -> DatasetLine | None:
     """One physical line -> a row, a problem, or None for a blank line; `choose` picks a
     missing target (called only for a valid row without one)."""
@@ -133,7 +152,9 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
     if not text.strip():
         return None
     try:
-        obj: Any = json.loads(text)
+        obj: Any = json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
     except json.JSONDecodeError as exc:
         if exc.msg.startswith("Unterminated string"):
             return RowProblem(
@@ -145,7 +166,8 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
             return RowProblem(
                 path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
             )
-        return RowProblem(path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}")
+        # json's own message can end in "at" ("Invalid control character at")
+        return RowProblem(path, line_no, f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}")
     except RecursionError:
         return RowProblem(path, line_no, "invalid JSON: nested too deeply")
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
@@ -197,6 +219,7 @@ def _plainly_valid(obj: Any) -> bool:
     return all(
         isinstance(c, dict)
         and isinstance(c.get("id"), str)
+        and not c["id"].isspace()
         and c["id"]
         and isinstance(c.get("title"), str)
         and isinstance(c.get("description"), str)
@@ -212,19 +235,40 @@ def _query_id(obj: Any) -> str | None:
     return None
 
 
+def open_dataset(path: Path | str, label: str) -> BinaryIO:
+    """A JSONL file opened for reading; DatasetError naming it when it is missing, not a
+    regular file (a FIFO, /dev/zero) or unreadable."""
+    try:
+        return open_regular(path)
+    except OSError as exc:
+        raise DatasetError(f"{label}: cannot read dataset: {exc.strerror or exc}") from None
+
+
+def read_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes without the line end) per physical line; None for a line
+    longer than MAX_LINE_BYTES, whose rest is skipped without being held in memory."""
+    line_no = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        line_no += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = handle.readline(1 << 20)
+            yield line_no, None
+        else:
+            yield line_no, raw.rstrip(b"\r\n")
+
+
 def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
     """Yield each non-blank line of a JSONL file as a row or a problem, lazily, in file
     order (the seeded target choice depends on it)."""
-    path = Path(path)
     label = display or str(path)
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise DatasetError(f"{label}: cannot read dataset: {exc.strerror or exc}") from None
     choose = TargetChooser(seed)
-    with handle:
-        for line_no, raw in enumerate(handle, start=1):
-            parsed = parse_line(label, line_no, raw.rstrip(b"\r\n"), choose)
+    with open_dataset(path, label) as handle:
+        for line_no, raw in read_lines(handle):
+            if raw is None:
+                yield RowProblem(label, line_no, f"line longer than {MAX_LINE_BYTES // (1 << 20)} MiB")
+                continue
+            parsed = parse_line(label, line_no, raw, choose)
             if parsed is not None:
                 yield parsed
 
@@ -245,9 +289,18 @@ def read_dataset(path: Path | str, seed: int, display: str | None = None) -> lis
     return list(iter_dataset(path, seed, display))
 
 
+# The shapes of generated names: a query id of one of these shapes is never used as is.
+GENERATED_NAME = re.compile(r"line\d+|.*@line\d+", re.DOTALL)
+
+
 def row_names(lines: Sequence[DatasetLine]) -> list[str]:
-    """Stable node-id names: the query_id, or `line<N>`; a query_id used more than once
-    gets its line number too, so every row stays distinct."""
+    """Stable node-id names, distinct by construction.
+
+    A query id is used as it is when it is used once, holds nothing a terminal would
+    interpret, and does not look like a generated name; a row without one is
+    `line<N>`; any other query id becomes `<query id, escaped>@line<N>`. Verbatim names
+    are distinct (used once) and never look generated; `line<N>` and `...@line<N>` are
+    distinct among themselves (one row per line) and from each other (`@`)."""
     counts: dict[str, int] = {}
     for item in lines:
         if item.query_id is not None:
@@ -257,8 +310,8 @@ def row_names(lines: Sequence[DatasetLine]) -> list[str]:
         qid = item.query_id
         if qid is None:
             names.append(f"line{item.line}")
-        elif counts[qid] > 1:
-            names.append(f"{qid}@line{item.line}")
-        else:
+        elif counts[qid] == 1 and not GENERATED_NAME.fullmatch(qid) and printable(qid) == qid:
             names.append(qid)
+        else:
+            names.append(f"{printable(qid)}@line{item.line}")
     return names

@@ -1,5 +1,7 @@
 """Atomic file writes: a temporary file beside the target, then a rename, so a reader (or
-the next run, after a kill -9) sees the old file or the new one, never half of one."""
+the next run, after a kill -9) sees the old file or the new one, never half of one.
+And reading input only from regular files: a FIFO would block the run, `/dev/zero` or a
+socket would feed it without end."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _umask() -> int:
@@ -38,4 +41,30 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class NotRegularFile(OSError):
+    """An input path that is a FIFO, a device, a socket or a directory."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """Open `path` for binary reading if (after symlinks) it is a regular file; else
+    raise NotRegularFile saying what it is. O_NONBLOCK: opening a FIFO for reading would
+    otherwise wait for a writer before there is anything to check."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise NotRegularFile(f"not a regular file ({kind})")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
         raise

@@ -15,28 +15,37 @@ class AnswerError(ValueError):
 
 
 def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
-    """The first JSON object in `text`: whole, inside a code fence, or inside prose.
+    """The answer object in `text`: the whole text when it is one JSON object; else the
+    last fenced (```json) object holding `key`; else the last object anywhere in the text
+    holding `key`; else the first object found (its missing key is then the error).
 
-    With `key`, the first object holding that key wins over earlier ones, so an object
-    quoted in the prose or a fence (`{}`, a candidate's own JSON) cannot hide the answer."""
-    found: dict[str, Any] | None = None
-    for value in _json_objects(text):
-        if key is None or key in value:
-            return value
-        found = found if found is not None else value
-    if found is not None:
-        return found
+    Last, not first: a model that quotes a candidate's description before answering can
+    quote an object injected into it (`{"ordered_ids": ["evil"]}`); the answer comes after.
+    A fence is the model marking its answer, so it wins over objects in the prose."""
+    whole = _loads_object(text.strip())
+    if whole is not None:
+        return whole
+    fenced = [value for block in FENCE.findall(text) if (value := _loads_object(block)) is not None]
+    inline = list(_objects_in(text))
+    for candidates in (fenced, inline):
+        fitting = [value for value in candidates if key is None or key in value]
+        if fitting:
+            return fitting[-1] if key is not None else fitting[0]
+    if fenced or inline:
+        return (fenced or inline)[0]
     raise AnswerError(f"no JSON object in the answer: {_preview(text)}")
 
 
-def _json_objects(text: str) -> Iterator[dict[str, Any]]:
-    for attempt in [text.strip(), *FENCE.findall(text)]:
-        try:
-            value = json.loads(attempt)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            yield value
+def _loads_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _objects_in(text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object that starts at some `{` of the text (nested ones too)."""
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:

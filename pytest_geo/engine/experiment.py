@@ -22,6 +22,8 @@ from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
 DEFAULT_REASKS = 2
 
 
@@ -246,7 +248,7 @@ class GeoEngine:
         try:
             before_task = rank_before if rank_before is not None else self.rank(
                 row, row.candidates, before_calls, "rank_before")
-            before, rewritten = await asyncio.gather(before_task, self.rewrite(row, prompts, rewrite_calls))
+            before, rewritten = await together(before_task, self.rewrite(row, prompts, rewrite_calls))
             outcome = check_facts(replace(outcome, rank_before=before, rewritten_description=rewritten), row)
             rewritten_candidates = tuple(
                 replace(c, description=rewritten) if c.id == row.target_id else c for c in row.candidates
@@ -262,6 +264,26 @@ class GeoEngine:
             outcome = replace(outcome, error=one_line(exc), not_run=isinstance(exc, ServerUnusable))
         # Copies: a call still in flight when its sibling failed must not change the record later.
         return replace(outcome, calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
+
+
+async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+    """Both at once. When one fails the other is cancelled: `asyncio.gather` would leave
+    it running, still sending calls (and retries) for a row that has already failed."""
+    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        await asyncio.wait((one, two), return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # also when this row is cancelled itself
+        pending = [task for task in (one, two) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+    # Every error is retrieved (asyncio logs one left unread); the first one's is raised.
+    errors = [task.exception() for task in (one, two) if not task.cancelled()]
+    for error in errors:
+        if error is not None:
+            raise error
+    return one.result(), two.result()
 
 
 def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:

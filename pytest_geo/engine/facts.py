@@ -11,6 +11,12 @@ same kind counts as stated when it is within 3% of the original (`980 g` -> `0.9
 or `2.2 lb`). A bare number in the rewrite counts as stated when the original holds that
 value anywhere (`16` for `16GB`).
 
+Linear time on any text: every repetition in the patterns is bounded (a number has at
+most 24 digits before its point, a model number at most 6 parts), so a match attempt at
+one position reads a bounded stretch of text, and the original's facts are indexed
+(sets, sorted lists) so each fact of the rewrite is checked in constant or logarithmic
+time. `bench/bench_facts.py` measures the time per character on adversarial text.
+
 Not caught: facts without digits or a listed term (`waterproof`, `premium leather`),
 number words other than two..twelve, changed meaning around a kept number (`up to 10 h`
 -> `at least 10 h`), and facts moved between products.
@@ -19,8 +25,10 @@ number words other than two..twelve, changed meaning around a kept number (`up t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import NamedTuple
 
 __all__ = ["Fact", "extract_facts", "new_facts"]
 
@@ -63,19 +71,36 @@ CLAIM_WORDS = ("certified", "certification", "approved", "award-winning", "award
                "clinically proven", "energy star", "best-selling", "bestseller", "best seller",
                "number one", "#1", "bpa-free", "guaranteed")
 
-_NUM = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:,\d{1,2}(?![\d,]))?|\.\d+)"
-_UNIT_NAMES = sorted({*UNITS, *ALIASES} - {'"'}, key=len, reverse=True)
-_UNIT = r"(?:" + "|".join(re.escape(u) for u in _UNIT_NAMES) + r")(?![\w°])|\"|%|per\ cent\b|percent\b"
+# Bounded repetitions only (see the module docstring): a longer digit run is no fact.
+_NUM = r"(?:\d{1,3}(?:,\d{3}){1,7}(?:\.\d{1,12})?|\d{1,24}(?:\.\d{1,12})?(?:,\d{1,2}(?![\d,]))?|\.\d{1,12})"
+
+
+def _trie(words: list[str]) -> str:
+    """An alternation of `words` as a prefix tree, longer words first at every branch:
+    `re` tries a flat alternation's branches one by one, which after every number in a
+    text cost a hundred failed attempts."""
+    if words == [""]:
+        return ""
+    heads: dict[str, list[str]] = {}
+    for word in words:
+        if word:
+            heads.setdefault(word[0], []).append(word[1:])
+    branches = [re.escape(head) + _trie(rests) for head, rests in sorted(heads.items())]
+    if "" in words:
+        branches.append("")  # the word may end here; tried after the longer ones
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+
+_UNIT = _trie(sorted({*UNITS, *ALIASES} - {'"'})) + r"(?![\w°])|\"|%|per\ cent\b|percent\b"
 _CUR_WORD = "|".join(CURRENCY_WORDS)
 _SEP = r"\s?(?:x|×|by|-|–|—|to)\s?"
 PATTERN = re.compile(
     rf"""
     (?P<price>(?:US\$|[$€£¥])\s?{_NUM}|\b(?:USD|EUR|GBP)\s?{_NUM}|\b{_NUM}\s?(?:{_CUR_WORD})\b|\b{_NUM}\s?[€£])
-    |(?P<standard>\b(?:ISO|IEC|EN|IEEE|ANSI|ASTM|IP)\s?\d+(?:[-:.]\d+)*)
-    |(?P<series>\b{_NUM}(?:{_SEP}{_NUM}){{1,2}}\s?-?\s?(?:{_UNIT}))
-    |(?P<quantity>\b{_NUM}\s?-?\s?(?:{_UNIT}))
-    |(?P<ordinal>\b\d+(?:st|nd|rd|th)\b)
-    |(?P<model>\b(?=[\w.-]*[A-Za-z])(?=[\w.-]*\d)[A-Za-z\d]+(?:[-.][A-Za-z\d]+)*\b)
+    |(?P<standard>\b(?:ISO|IEC|EN|IEEE|ANSI|ASTM|IP)\s?\d{{1,12}}(?:[-:.]\d{{1,12}}){{0,4}})
+    |(?P<quantity>\b{_NUM}(?:{_SEP}{_NUM}){{0,2}}\s?-?\s?(?:{_UNIT}))
+    |(?P<ordinal>\b\d{{1,24}}(?:st|nd|rd|th)\b)
+    |(?P<model>\b(?=[A-Za-z\d])(?=(?:\d{{0,24}}[-.]){{0,5}}\d{{0,24}}[A-Za-z])(?=(?:[A-Za-z]{{0,24}}[-.]){{0,5}}[A-Za-z]{{0,24}}\d)[A-Za-z\d]{{1,24}}(?:[-.][A-Za-z\d]{{1,24}}){{0,5}}\b)
     |(?P<number>(?<![\w.]){_NUM}(?!\w))
     |(?P<word>\b(?:{"|".join(NUMBER_WORDS)})\b)
     |(?P<mark>\b(?:{"|".join(CLAIM_MARKS)})\b)
@@ -84,12 +109,18 @@ PATTERN = re.compile(
 )
 CLAIM_PATTERN = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in CLAIM_WORDS) + r")(?!\w)", re.IGNORECASE)
 _NUM_RE = re.compile(_NUM)
+MAX_MODEL_PARTS = 8  # letter and digit runs: WH-1000XM5 has 4 (WH, 1000, XM, 5)
+_MODEL_PART = re.compile(r"[A-Z]+|\d+|\.")
 
 
-@dataclass(frozen=True)
-class Fact:
+def _model_parts(unit: str) -> list[str]:
+    return _MODEL_PART.findall(unit.upper())
+
+
+class Fact(NamedTuple):
     """One claim: `kind` is number, quantity, percent, price, model, standard or claim;
-    `unit` is a canonical unit, currency code, or the normalised code/term."""
+    `unit` is a canonical unit, currency code, or the normalised code/term. (A tuple: a
+    megabyte of text holds hundreds of thousands of them.)"""
 
     kind: str
     value: Decimal | None
@@ -121,14 +152,14 @@ def _split_unit(text: str) -> tuple[list[str], str]:
     return numbers, tail.strip(" -")
 
 
-def _facts_of(match: re.Match[str]) -> list[Fact]:
-    kind = match.lastgroup or ""
-    text = " ".join(match.group().split())
+def _facts_of(kind: str, written: str) -> list[Fact]:
+    """The facts of one match of PATTERN (`kind` is the group that matched)."""
+    text = " ".join(written.split())
     if kind == "price":
         (number,), rest = _NUM_RE.findall(text), _NUM_RE.sub(" ", text).strip().lower()
         currency = CURRENCY_SIGNS.get(rest) or CURRENCY_WORDS.get(rest) or rest.upper()
         return [Fact("price", _number(number), currency, text)]
-    if kind in ("series", "quantity"):
+    if kind == "quantity":  # one number, or a series (`30 x 20 cm`)
         numbers, raw_unit = _split_unit(text)
         unit = _unit(raw_unit)
         fact_kind = "percent" if unit == "%" else "quantity"
@@ -136,7 +167,10 @@ def _facts_of(match: re.Match[str]) -> list[Fact]:
     if kind == "ordinal":
         return [Fact("number", Decimal(re.match(r"\d+", text).group()), "", text)]  # type: ignore[union-attr]
     if kind == "model":
-        return [Fact("model", None, re.sub(r"[-\s]", "", text).upper(), text)]
+        unit = re.sub(r"[-\s]", "", text).upper()
+        if len(_model_parts(unit)) > MAX_MODEL_PARTS:  # a hash, serial or slug, not a model number
+            return []
+        return [Fact("model", None, unit, text)]
     if kind == "standard":
         return [Fact("standard", None, re.sub(r"[-\s]", "", text).upper(), text)]
     if kind == "number":
@@ -152,49 +186,178 @@ def _facts_of(match: re.Match[str]) -> list[Fact]:
     return []
 
 
+_ANCHOR = re.compile(r"[\d$€£¥]")  # a single class: `re` skips to it without trying PATTERN
+_SPACE = re.compile(r"\s+")
+TOKENS_BEFORE, TOKENS_AFTER = 2, 4  # `USD 199`, `ISO 9001`; `45 per cent`, `30 x 20 x 10 cm`
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _windows(text: str) -> list[tuple[int, int]]:
+    """Stretches of `text` that can hold a match of PATTERN with a digit or a currency
+    sign: the tokens around each such character, between whitespace, merged. Every such
+    match lies inside one (no match crosses more whitespace than the margins allow), and
+    PATTERN runs over them as over the whole text: each starts after and ends before
+    whitespace. Text far from any digit, most prose, is never tried against PATTERN."""
+    spaces = [(m.start(), m.end()) for m in _SPACE.finditer(text)]
+    starts = [start for start, _ in spaces]
+    windows: list[tuple[int, int]] = []
+    anchor = _ANCHOR.search(text)
+    while anchor is not None:
+        k = bisect_left(starts, anchor.start())  # spaces[k] is the first whitespace after the anchor
+        begin = spaces[k - 1 - TOKENS_BEFORE][1] if k - 1 - TOKENS_BEFORE >= 0 else 0
+        end = spaces[k + TOKENS_AFTER - 1][0] if k + TOKENS_AFTER - 1 < len(spaces) else len(text)
+        if windows and begin <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], end)
+        else:
+            windows.append((begin, end))
+        # on from the next token: each token's last anchor sets the margin after it
+        anchor = _ANCHOR.search(text, spaces[k][1]) if k < len(spaces) else None
+    return windows
+
+
+def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, str]]:
+    """Number words and certification marks outside the windows (inside, PATTERN finds
+    them), by plain substring search: the only matches PATTERN can make without a digit."""
+    lowered = text.translate(_ASCII_LOWER)  # same length, so positions carry over
+    found: list[tuple[int, str, str]] = []
+    searches = [("word", lowered, word) for word in NUMBER_WORDS]
+    searches += [("mark", text, form) for mark in CLAIM_MARKS for form in dict.fromkeys((mark, mark.upper()))]
+    window_starts = [start for start, _ in windows]
+    for kind, haystack, needle in searches:
+        at = haystack.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            inside = bisect_left(window_starts, at + 1) - 1
+            if not (inside >= 0 and at < windows[inside][1]) and _word_edge(text, at - 1) and _word_edge(text, end):
+                found.append((at, kind, text[at:end]))
+            at = haystack.find(needle, end)
+    return found
+
+
+def _word_edge(text: str, index: int) -> bool:
+    """No word character at `index` (what `\b` needs beside a word)."""
+    return index < 0 or index >= len(text) or not (text[index].isalnum() or text[index] == "_")
+
+
+def _matches(text: str) -> list[tuple[int, str, str]]:
+    """(position, PATTERN group, text) of every match, in order, as PATTERN.finditer over
+    the whole text would give them, in time linear in the text."""
+    windows = _windows(text)
+    found = [(m.start(), m.lastgroup or "", m.group()) for start, end in windows
+             for m in PATTERN.finditer(text, start, end)]
+    found += _words(text, windows)
+    found.sort(key=lambda match: match[0])
+    return found
+
+
 def extract_facts(text: str) -> list[Fact]:
     """Every checkable fact in `text`, in order of appearance."""
-    facts = [fact for match in PATTERN.finditer(text) for fact in _facts_of(match)]
+    facts = [fact for _, kind, written in _matches(text) for fact in _facts_of(kind, written)]
     facts += [Fact("claim", None, m.group().lower().replace("-", " "), m.group()) for m in CLAIM_PATTERN.finditer(text)]
     return facts
 
 
-def _same_quantity(fact: Fact, stated: Fact) -> bool:
-    if fact.unit == stated.unit:
-        return fact.value == stated.value
-    if fact.unit not in UNITS or stated.unit not in UNITS:
-        return False
-    (kind, factor), (stated_kind, stated_factor) = UNITS[fact.unit], UNITS[stated.unit]
-    if kind != stated_kind or fact.value is None or stated.value is None:
-        return False
-    mine, theirs = float(fact.value) * factor, float(stated.value) * stated_factor
-    return abs(mine - theirs) <= 0.03 * abs(theirs)
+def _distinct_facts(text: str) -> list[Fact]:
+    """The facts of `text` with each written form read once, in order of first appearance:
+    repeated text (a number a thousand times) costs a set lookup, not a parse."""
+    forms = dict.fromkeys((kind, written) for _, kind, written in _matches(text))
+    facts = [fact for kind, written in forms for fact in _facts_of(kind, written)]
+    claims = dict.fromkeys(m.group() for m in CLAIM_PATTERN.finditer(text))
+    facts += [Fact("claim", None, claim.lower().replace("-", " "), claim) for claim in claims]
+    return facts
 
 
-def _supported(fact: Fact, original: list[Fact]) -> bool:
-    if fact.kind == "number":
-        if any(o.value == fact.value for o in original if o.value is not None):
-            return True
-        digits = str(fact.value)
-        return any(re.search(rf"(?<!\d){re.escape(digits)}(?!\d)", o.unit) for o in original if o.kind == "model")
-    if fact.kind == "quantity":
-        return any(o.kind == "quantity" and _same_quantity(fact, o) for o in original)
-    if fact.kind in ("percent", "price"):
-        return any(o.kind == fact.kind and o.unit == fact.unit and o.value == fact.value for o in original)
-    if fact.kind == "model":
-        return any(o.kind == "model" and fact.unit in o.unit for o in original)
-    return any(o.kind == fact.kind and o.unit == fact.unit for o in original)
+TOLERANCE = 0.03  # another unit of the same kind: within 3% of the stated quantity
+
+
+def _digit_strings(unit: str) -> set[str]:
+    """The numbers a model number states: `V2.1` states 2, 1 and 2.1 (never 21)."""
+    found: set[str] = set()
+    for run in re.findall(r"\d+(?:\.\d+)*", unit):
+        groups = run.split(".")
+        found.update(groups)
+        found.update(f"{a}.{b}" for a, b in zip(groups, groups[1:], strict=False))
+    return found
+
+
+def _plain(value: Decimal) -> str:
+    """`1000`, not `1E+3` (what normalize() gives)."""
+    return format(value, "f")
+
+
+@dataclass
+class _Stated:
+    """The original's facts, indexed so that checking one fact of the rewrite costs
+    constant or logarithmic time, whatever the number of facts on either side."""
+
+    values: set[Decimal] = field(default_factory=set)
+    exact: set[tuple[str, Decimal | None, str]] = field(default_factory=set)  # (kind, value, unit)
+    labels: set[tuple[str, str]] = field(default_factory=set)  # (kind, unit) for models, standards, claims
+    model_numbers: set[str] = field(default_factory=set)
+    model_runs: set[str] = field(default_factory=set)  # contiguous part runs of each model number
+    by_unit: dict[str, list[float]] = field(default_factory=dict)  # unit -> sorted amounts in base units
+
+    @classmethod
+    def of(cls, facts: list[Fact]) -> _Stated:
+        stated = cls()
+        amounts: dict[str, set[float]] = {}
+        models: set[str] = set()
+        for fact in facts:
+            stated.exact.add((fact.kind, fact.value, fact.unit))
+            stated.labels.add((fact.kind, fact.unit))
+            if fact.value is not None:
+                stated.values.add(fact.value)
+            if fact.kind == "quantity" and fact.value is not None and fact.unit in UNITS:
+                amounts.setdefault(fact.unit, set()).add(float(fact.value) * UNITS[fact.unit][1])
+            if fact.kind == "model" and fact.unit not in models:
+                models.add(fact.unit)
+                stated.model_numbers |= _digit_strings(fact.unit)
+                parts = _model_parts(fact.unit)
+                stated.model_runs.update("".join(parts[i:j]) for i in range(len(parts))
+                                         for j in range(i + 1, len(parts) + 1))
+        stated.by_unit = {unit: sorted(values) for unit, values in amounts.items()}
+        return stated
+
+    def supports(self, fact: Fact) -> bool:
+        if fact.kind == "number":
+            return fact.value in self.values or (fact.value is not None and _plain(fact.value) in self.model_numbers)
+        if fact.kind == "quantity":
+            return ("quantity", fact.value, fact.unit) in self.exact or self._converted(fact)
+        if fact.kind in ("percent", "price"):
+            return (fact.kind, fact.value, fact.unit) in self.exact
+        if fact.kind == "model":
+            # a shorter form of a stated model number (`XM5` of `WH-1000XM5`), in whole
+            # parts only: `X100` is not `X1000`
+            return "".join(_model_parts(fact.unit)) in self.model_runs
+        return (fact.kind, fact.unit) in self.labels
+
+    def _converted(self, fact: Fact) -> bool:
+        """The same amount stated in another unit of the same kind, within TOLERANCE."""
+        if fact.unit not in UNITS or fact.value is None:
+            return False
+        kind, factor = UNITS[fact.unit]
+        mine = float(fact.value) * factor
+        low = mine / (1 + TOLERANCE)
+        for unit, amounts in self.by_unit.items():
+            if unit == fact.unit or UNITS[unit][0] != kind:
+                continue
+            index = bisect_left(amounts, low * (1 - 1e-12))
+            for theirs in amounts[index:index + 2]:  # the range's edges, then inside it
+                if abs(mine - theirs) <= TOLERANCE * abs(theirs):
+                    return True
+        return False
 
 
 def new_facts(original: str, rewrite: str) -> list[str]:
     """The facts in `rewrite` that `original` does not state, as written in the rewrite
     (each once, in order). Pass the title with the original: the rewriter sees it too."""
-    stated = extract_facts(original)
+    stated = _Stated.of(_distinct_facts(original))
     found: list[str] = []
     seen: set[tuple[str, Decimal | None, str]] = set()
-    for fact in extract_facts(rewrite):
+    for fact in _distinct_facts(rewrite):
         key = (fact.kind, fact.value, fact.unit)
-        if key not in seen and not _supported(fact, stated):
-            seen.add(key)
-            found.append(fact.text)
+        if key not in seen:
+            seen.add(key)  # each distinct fact is checked once
+            if not stated.supports(fact):
+                found.append(fact.text)
     return found

@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.data.files import write_text_atomic
+from pytest_geo.data.files import open_regular, write_text_atomic
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 CACHE_FORMAT = 1
 STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
+MAX_ENTRY_BYTES = 8 << 20  # an answer is kilobytes; anything larger is not ours
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
@@ -80,8 +81,15 @@ class ResponseCache:
         return removed
 
     def get(self, key: str) -> ChatResponse | None:
+        """The entry, or None (a miss) when it is absent, unreadable, corrupt, larger than
+        MAX_ENTRY_BYTES or not a regular file (a FIFO or a link to /dev/zero planted in a
+        shared cache must neither block the run nor fill its memory)."""
         try:
-            entry: Any = json.loads(self.path(key).read_text(encoding="utf-8"))
+            with open_regular(self.path(key)) as handle:
+                data = handle.read(MAX_ENTRY_BYTES + 1)
+            if len(data) > MAX_ENTRY_BYTES:
+                return None
+            entry: Any = json.loads(data.decode("utf-8"))
         except (OSError, ValueError):
             return None
         if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("text"), str):

@@ -18,6 +18,22 @@ PLUGIN_FLAGS = {"base_url": "--geo-base-url", "mock": "--geo-mock"}
 EGEO_FLAGS = {"base_url": "--base-url", "mock": "--mock"}
 
 
+CREDENTIALS_IN_URL = (
+    "the base URL (--geo-base-url, geo_base_url or OPENAI_BASE_URL) holds a user name or password "
+    "(user:password@host): remove them and give the key in OPENAI_API_KEY"
+)
+
+
+def _has_credentials(url: str) -> bool:
+    """`http://user:pw@host/v1`: the SDK fails every call on it, and the URL would carry
+    a secret into messages; refused at start instead (the message never shows the URL)."""
+    try:
+        parts = urlsplit(url)
+        return parts.username is not None or parts.password is not None
+    except ValueError:  # an unparsable URL: the SDK says what is wrong with it
+        return "@" in url.partition("://")[2].partition("/")[0]
+
+
 class ClientSetupError(Exception):
     """The client cannot be built; the message says how to fix it, naming the plugin's
     flags unless a front end asks for its own (`naming`)."""
@@ -71,9 +87,12 @@ def build_client(settings: Settings) -> ChatClient:
         raise ClientSetupError(MISSING_KEY)
     from pytest_geo.llm.openai_client import OpenAIChatClient
 
+    base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    if base_url is not None and _has_credentials(base_url):
+        raise ClientSetupError(CREDENTIALS_IN_URL)
     return OpenAIChatClient(
         api_key=api_key,
-        base_url=settings.base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        base_url=base_url,
         timeout=settings.timeout,
         max_retries=settings.max_retries,
     )

@@ -22,6 +22,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_HEADER = "x-stainless-retry-count"
 MAX_DETAIL = 120
 KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
+# In answers, which are prose: only what looks like an OpenAI-style secret key
+# (`key-ring` and `token-based` are words there, not secrets).
+ANSWER_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
 
 # Attempts seen by the HTTP layer for the call running in this task (each task that
 # awaits `complete` gets its own value; calls within one task are sequential).
@@ -84,7 +87,9 @@ class OpenAIChatClient:
         message = getattr(choices[0], "message", None) if choices else None
         usage = getattr(completion, "usage", None)
         return ChatResponse(
-            text=getattr(message, "content", None) or "",
+            # An answer can quote the request (a proxy echoing headers, a model shown the
+            # key): it goes to the terminal, reports and the cache, so the key never does.
+            text=self.redact(getattr(message, "content", None) or ""),
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
             retries=_retries(attempts),
@@ -133,6 +138,12 @@ class OpenAIChatClient:
             text = f"HTTP {exc.status_code}"
             return f"{text} ({self._scrub(str(detail))})" if detail else text
         return self._scrub(f"{type(exc).__name__}: {exc}")
+
+    def redact(self, text: str) -> str:
+        """`text` with the key, and anything shaped like a secret key, replaced by `[key]`."""
+        if self._secret and self._secret in text:
+            text = text.replace(self._secret, "[key]")
+        return ANSWER_KEY_LIKE.sub("[key]", text)
 
     def _scrub(self, text: str) -> str:
         flat = " ".join(text.split())

@@ -118,6 +118,9 @@ class UsageClient:
             counts["errors"] += 1
             counts["retries"] += exc.retries
             raise
+        except Exception:  # any other failure of the call (a client that raised) is an error too
+            counts["errors"] += 1
+            raise
         price = self.prices.get(request.model)
         cost = price.nanodollars(response.prompt_tokens, response.completion_tokens) if price else 0
         if price is None:

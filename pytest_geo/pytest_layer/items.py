@@ -20,6 +20,7 @@ from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, geo_session_of
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suites.procedures import running_with
 from pytest_geo.suites.suite import Metric, score_metric
+from pytest_geo.text import printable
 
 
 class GeoRowFailure(Exception):
@@ -50,7 +51,7 @@ class GeoItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
-            return str(excinfo.value)
+            return printable(str(excinfo.value))  # model and dataset text: no escapes reach the terminal
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -232,9 +232,30 @@ def dataset_paths(config: pytest.Config) -> list[Path]:
     for path, source in named:
         resolved = (config.invocation_params.dir / path).resolve() if not path.is_absolute() else path
         if not resolved.is_file():
-            raise pytest.UsageError(f"{source}: dataset not found: {path}")
+            problem = "not a regular file" if resolved.exists() else "not found"
+            raise pytest.UsageError(f"{source}: dataset {problem}: {path}")
         paths.append(resolved)
     return paths
+
+
+def check_report_paths(config: pytest.Config) -> None:
+    """--geo-report and --geo-html must name a file that can be written: a directory or a
+    place without write access is a usage error now, not a traceback after the run."""
+    import os
+
+    for option in ("geo_report", "geo_html"):
+        value = config.getoption(option)
+        if not value:
+            continue
+        flag = "--" + option.replace("_", "-")
+        path = config.invocation_params.dir / value
+        if path.is_dir():
+            raise pytest.UsageError(f"{flag}: {value} is a directory; name a file")
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:  # written with its missing directories
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
 
 
 def set_cache_location(config: pytest.Config, settings: Settings) -> None:

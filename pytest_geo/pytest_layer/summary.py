@@ -3,6 +3,7 @@ decide the exit status, and the terminal summary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import terminal_lines
+from pytest_geo.text import printable
 
 
 def report_gates(session: pytest.Session) -> None:
@@ -36,16 +38,27 @@ def write_reports(config: pytest.Config, results: Results, started: float, durat
     write_html = bool(html_path) and not results.nothing_selected
     if path or write_html:
         report = build_report(results)
+        # Paths were checked at start; a write can still fail (disk full, permissions
+        # changed): one line in the summary, and the other report is still written.
         if path:
-            write_json_atomic(Path(path), report)
+            _write(results, "--geo-report", path, lambda: write_json_atomic(Path(path), report))
         if write_html:
-            write_html_report(Path(html_path), report)
+            _write(results, "--geo-html", html_path, lambda: write_html_report(Path(html_path), report))
+
+
+def _write(results: Results, flag: str, path: str, write: Callable[[], None]) -> None:
+    try:
+        write()
+    except OSError as exc:
+        results.write_errors.append(f"pytest-geo: {flag}: cannot write {path}: {exc.strerror or exc}")
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
     if results.nothing_selected:
         return
     terminalreporter.write_sep("=", "pytest-geo evaluation")
+    for error in results.write_errors:
+        terminalreporter.write_line(error, red=True)
     if results.usage:
         terminalreporter.write_line("model usage:")
         for line in usage_lines(results.usage):
@@ -53,7 +66,9 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
         if not settings_of(config).mock:  # the mock costs nothing
             terminalreporter.write_line(cost_line(results.usage))
     # Where the reports went, together after the metrics (the Evals: block stays last).
-    written = [f"{kind} written to {path}" for kind, path in
-               (("report", config.getoption("geo_report")), ("HTML report", config.getoption("geo_html"))) if path]
+    written = [f"{kind} written to {path}" for flag, kind, path in
+               (("--geo-report", "report", config.getoption("geo_report")),
+                ("--geo-html", "HTML report", config.getoption("geo_html")))
+               if path and not any(flag in e for e in results.write_errors)]
     for line in terminal_lines(results, show_split=settings_of(config).split == "all", written=written):
-        terminalreporter.write_line(line)
+        terminalreporter.write_line(printable(line))  # feedback holds model and dataset text

@@ -140,7 +140,17 @@ def compare(
     suites: Iterable[Mapping[str, Any]], rows: Iterable[Mapping[str, Any]], baseline: Mapping[str, Any]
 ) -> list[Comparison]:
     before_suites = {(s["suite"], s["metric"], s["split"]): float(s["score"]) for s in baseline["suites"]}
-    before_rows = {(r["suite"], r["nodeid"]): r for r in baseline["rows"]}
+    # Rows pair across runs by node id, unique within a run; a baseline from a version that
+    # could repeat one (a query id clashing with a generated name) pairs none of those rows.
+    before_rows: dict[tuple[str, str], Mapping[str, Any]] = {}
+    repeated: set[tuple[str, str]] = set()
+    for r in baseline["rows"]:
+        key = (r["suite"], r["nodeid"])
+        if key in before_rows:
+            repeated.add(key)
+        before_rows[key] = r
+    for key in repeated:
+        del before_rows[key]
     by_suite: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         by_suite.setdefault((row["suite"], row["split"]), []).append(row)

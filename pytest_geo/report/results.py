@@ -119,6 +119,7 @@ class Results:
     # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
     selected: set[str] = field(default_factory=set)
     stopped: str | None = None  # why the model server stopped being called (llm/breaker.py)
+    write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.data.dataset import DatasetError, DatasetLine, iter_dataset
+from pytest_geo.data.dataset import (
+    MAX_LINE_BYTES,
+    DatasetError,
+    DatasetLine,
+    iter_dataset,
+    open_dataset,
+    read_lines,
+)
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 
@@ -249,22 +256,30 @@ def _pair(row: Any, where: str, index: int) -> Row:
 
 def _read_pairs(path: Path) -> list[Row]:
     """`{"input": ..., "expected": ...}` per line; a bad line is a load failure."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror or exc}") from None
     rows: list[Row] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise DatasetError(f"{path}:{line_no}: invalid JSON: {exc}") from None
-        if not isinstance(obj, dict) or "input" not in obj:
-            raise DatasetError(f"{path}:{line_no}: expected an object with 'input' (and 'expected')")
-        rows.append((obj["input"], obj.get("expected")))
+    with open_dataset(path, str(path)) as handle:
+        for line_no, raw in read_lines(handle):
+            if raw is None:
+                raise DatasetError(f"{path}:{line_no}: line longer than {MAX_LINE_BYTES >> 20} MiB")
+            rows.extend(_pair_line(path, line_no, raw))
     return rows
+
+
+def _pair_line(path: Path, line_no: int, raw: bytes) -> list[Row]:
+    """The pair on one line of a suite's JSONL data (none for a blank line)."""
+    try:
+        line = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}:{line_no}: invalid UTF-8 at byte {exc.start}") from None
+    if not line.strip():
+        return []
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise DatasetError(f"{path}:{line_no}: invalid JSON: {exc}") from None
+    if not isinstance(obj, dict) or "input" not in obj:
+        raise DatasetError(f"{path}:{line_no}: expected an object with 'input' (and 'expected')")
+    return [(obj["input"], obj.get("expected"))]
 
 
 def suites_in(module: Any) -> list[Suite]:

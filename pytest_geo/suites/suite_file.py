@@ -1,4 +1,4 @@
-"""YAML suite files: `yaml.safe_load`, a shipped JSON Schema, and nothing executed except
+"""YAML suite files: a bounded `yaml.safe_load` (safe_yaml.py), a shipped JSON Schema, and nothing executed except
 a `module:function` the file names explicitly."""
 
 from __future__ import annotations
@@ -8,12 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_geo.data.files import open_regular
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.data.schemas import error_path, validator
 from pytest_geo.suites.suite import Suite, SuiteError
 
 if TYPE_CHECKING:
     import jsonschema
+
+
+MAX_SUITE_BYTES = 16 << 20  # inline rows included; larger data belongs in a JSONL file
 
 
 class SuiteFileError(Exception):
@@ -54,15 +58,20 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
     """`label` names the file in messages (pytest passes its node id, relative to the rootdir)."""
     shown = label or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_SUITE_BYTES + 1)
+        if len(raw) > MAX_SUITE_BYTES:
+            raise SuiteFileError(f"{shown}: suite file larger than {MAX_SUITE_BYTES >> 20} MiB")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteFileError(f"{shown}: cannot read suite file: {exc}") from None
     import jsonschema
-    import yaml  # on first use: most runs have no suite files
+
+    from pytest_geo.suites import safe_yaml  # on first use: most runs have no suite files
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        doc = safe_yaml.load(text)
+    except safe_yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -1,0 +1,63 @@
+"""Fact-checker bench: time per character on adversarial text, at a small and a large
+size side by side, so a quadratic pattern shows as a ratio far above 1.
+
+Each family repeats one unit (separators, digit runs, long words, numbers with units,
+model-number-like tokens) up to the size; the check is `new_facts(text, text)` (the
+original and the rewrite both that text: the worst case, both sides scanned and
+indexed). Prints seconds at each size, the per-character ratio (large / small; linear
+is about 1.0, the old checker was above 10 on `a-a-a-...` at 60 KB) and the 1 MB time.
+
+    python bench/bench_facts.py [--small 65536] [--large 1048576]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from pytest_geo.engine.facts import new_facts
+
+FAMILIES = {
+    "a-a-a-": "a-", "1-1-1-": "1-", "1.1.1.": "1.", "a.a.a.": "a.", "1,1,1,": "1,", "1,111,111": "1,111",
+    "digit run": "1", "long word": "a", "1 x 1 x": "1 x ", "a1-a1-": "a1-", "$1 $1": "$1 ", "ISO 1-1": "ISO 1-",
+    "1 kg 1 kg": "1 kg ", "spaces": " ",
+}
+
+
+def distinct_numbers(size: int) -> str:
+    rng = random.Random(size)
+    return " ".join(str(rng.randint(1, 10**6)) for _ in range(size // 4))[:size]
+
+
+def distinct_models(size: int) -> str:
+    rng = random.Random(size)
+    return " ".join(f"{rng.choice('ABXYZ')}{rng.randint(1, 10**5)}{rng.choice('ABXYZ')}{rng.randint(1, 99)}"
+                    for _ in range(size // 8))[:size]
+
+
+def timed(text: str) -> float:
+    start = time.perf_counter()
+    new_facts(text, text)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small", type=int, default=64 * 1024)
+    parser.add_argument("--large", type=int, default=1024 * 1024)
+    args = parser.parse_args()
+    makers = {name: (lambda size, unit=unit: (unit * (size // len(unit) + 1))[:size]) for name, unit in FAMILIES.items()}
+    makers |= {"distinct numbers": distinct_numbers, "distinct models": distinct_models}
+    print(f"{'family':18} {'small s':>8} {'large s':>8} {'per-char ratio':>15}")
+    worst = 0.0
+    for name, make in makers.items():
+        small, large = timed(make(args.small)), timed(make(args.large))
+        ratio = (large / args.large) / (small / args.small) if small else float("nan")
+        worst = max(worst, large)
+        print(f"{name:18} {small:8.3f} {large:8.3f} {ratio:15.2f}")
+    print(f"slowest {args.large // 1024} KB check: {worst:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
