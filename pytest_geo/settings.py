@@ -13,6 +13,8 @@ MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 DEFAULT_SEED = 1234
 DEFAULT_CONCURRENCY = 16
+DEFAULT_MAX_CONCURRENCY = 256
+AUTO = "auto"
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
@@ -46,6 +48,8 @@ class Settings:
     base_url: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     concurrency: int = DEFAULT_CONCURRENCY
+    auto_concurrency: bool = False  # --geo-concurrency auto: rows in flight follow the provider
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     max_retries: int = DEFAULT_MAX_RETRIES
     cache_dir: Path | None = None
     use_cache: bool = True
@@ -59,11 +63,15 @@ SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | None = None) -> Settings:
     """`given` maps Settings fields to what the user gave, None where nothing was: the
-    defaults above apply, the mock can also come from GEO_EVAL_MOCK and each model from
-    its environment variable. The plugin and `egeo` both build their settings here."""
+    defaults above apply, a concurrency of "auto" turns on auto_concurrency, the mock can
+    also come from GEO_EVAL_MOCK and each model from its environment variable.
+    The plugin and `egeo` both build their settings here."""
     unknown = set(given) - SETTING_NAMES
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+    given = dict(given)
+    if given.get("concurrency") == AUTO:
+        given["concurrency"], given["auto_concurrency"] = None, True
     settings = Settings(**{name: value for name, value in given.items() if value is not None})
     settings.mock = bool(given.get("mock")) or mock_from_env()
     for role, model in (models or {}).items():

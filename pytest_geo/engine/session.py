@@ -8,6 +8,7 @@ import functools
 from collections.abc import Awaitable, Iterable
 
 from pytest_geo.data.dataset import GeoRow, RowKey
+from pytest_geo.engine.adaptive import ConcurrencyStats, controller_for
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
@@ -20,8 +21,6 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.factory import build_client, with_cache
 from pytest_geo.llm.usage import UsageClient, UsageTable
 from pytest_geo.settings import Settings
-
-REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
 
 Outcome = GeoOutcome | RepeatedOutcome
 
@@ -41,10 +40,15 @@ class GeoSession:
         # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
-        requests = REQUESTS_PER_ROW * settings.concurrency
-        self.usage = UsageClient(with_cache(BoundedClient(backend, requests), backend, settings))
+        # Under --geo-concurrency auto the controller resizes both as the server answers.
+        self.concurrency = controller_for(settings.auto_concurrency, settings.concurrency, settings.max_concurrency)
+        observe = getattr(backend, "observe_responses", None)
+        if callable(observe):  # backends that see HTTP responses report status and headers
+            observe(self.concurrency.observe)
+        bounded = BoundedClient(backend, self.concurrency.requests, on_success=self.concurrency.call_succeeded)
+        self.usage = UsageClient(with_cache(bounded, backend, settings))
         self.client: ChatClient = self.usage
-        self.runner = Runner(settings.concurrency)
+        self.runner = Runner(self.concurrency.rows)
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
 
     @functools.cached_property
@@ -98,6 +102,14 @@ class GeoSession:
     def usage_table(self) -> UsageTable:
         """Model usage per role. Read it after `close`."""
         return self.usage.usage
+
+    def row_limit(self) -> int:
+        """Rows allowed in flight now (moves under --geo-concurrency auto)."""
+        return self.runner.slots.limit
+
+    def concurrency_stats(self) -> ConcurrencyStats:
+        """The concurrency reached and the 429s seen. Read it after `close`."""
+        return self.concurrency.stats()
 
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()

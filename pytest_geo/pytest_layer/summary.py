@@ -10,6 +10,7 @@ import pytest
 
 from pytest_geo.llm.usage import usage_lines
 from pytest_geo.pytest_layer.state import settings_of
+from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.html import write_html_report
 from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
@@ -42,6 +43,8 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
         terminalreporter.write_line("model usage:")
         for line in usage_lines(results.usage):
             terminalreporter.write_line(f"  {line}")
+    if results.concurrency is not None:
+        terminalreporter.write_line(stats_line(results.concurrency))
     if config.getoption("geo_html"):
         terminalreporter.write_line(f"HTML report written to {config.getoption('geo_html')}")
     for line in terminal_lines(results, show_split=settings_of(config).split == "all"):

@@ -26,6 +26,8 @@ def build_report(results: Results) -> dict[str, Any]:
     }
     if results.metadata is not None:
         report["metadata"] = results.metadata
+    if results.concurrency is not None:
+        report["concurrency"] = results.concurrency
     if results.baseline is not None:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()]}
     return report
