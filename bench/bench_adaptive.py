@@ -57,8 +57,8 @@ def server(latency: float, limits: list[str]) -> Iterator[str]:
 
 def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, dict[str, Any], dict[str, Any]]:
     """(wall seconds, the session's concurrency stats, the server's stats)."""
-    given: dict[str, Any] = {"concurrency": concurrency} if concurrency != "auto" else {"auto_concurrency": True}
-    session = GeoSession(Settings(prompts_dir=REPO / "prompts", base_url=url, use_cache=False, **given))
+    fixed = None if concurrency == "auto" else int(concurrency)
+    session = GeoSession(Settings(prompts_dir=REPO / "prompts", base_url=url, use_cache=False, concurrency=fixed))
     try:
         start = time.perf_counter()
         outcomes = session.evaluate(batch)

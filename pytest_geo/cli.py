@@ -14,11 +14,13 @@ from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import ClientSetupError
-from pytest_geo.options import any_int, positive_int
+from pytest_geo.options import any_int, concurrency, positive_int
+from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_CONCURRENCY,
     DEFAULT_SEED,
     MOCK_ENV,
     ROLES,
@@ -44,10 +46,18 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
     parser.add_argument(
         "--concurrency",
+        type=concurrency,
+        default=None,
+        metavar="N|auto",
+        help="most rows in flight, at most 2N model requests; auto (the default) starts at "
+        f"{DEFAULT_CONCURRENCY} and adapts to the server's rate limits",
+    )
+    parser.add_argument(
+        "--max-concurrency",
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"most rows in flight, at most 2N model requests (default: {DEFAULT_CONCURRENCY})",
+        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY})",
     )
     parser.add_argument(
         "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
@@ -116,6 +126,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "seed": args.seed,
         "prompts_dir": args.prompts,
         "concurrency": args.concurrency,
+        "max_concurrency": args.max_concurrency,
         "base_url": args.base_url,
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
@@ -138,6 +149,7 @@ def evaluate(args: argparse.Namespace) -> int:
         outcomes = geo.evaluate(rows)
     finally:
         geo.close()
+    print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
     # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
     dataset = str(args.dataset)
     results = Results()

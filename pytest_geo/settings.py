@@ -47,8 +47,9 @@ class Settings:
     temperature: float = 0.0
     base_url: str | None = None
     timeout: float = DEFAULT_TIMEOUT
-    concurrency: int = DEFAULT_CONCURRENCY
-    auto_concurrency: bool = False  # --geo-concurrency auto: rows in flight follow the provider
+    # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     max_retries: int = DEFAULT_MAX_RETRIES
     cache_dir: Path | None = None
@@ -63,15 +64,13 @@ SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | None = None) -> Settings:
     """`given` maps Settings fields to what the user gave, None where nothing was: the
-    defaults above apply, a concurrency of "auto" turns on auto_concurrency, the mock can
+    defaults above apply, a concurrency of "auto" is the default (None), the mock can
     also come from GEO_EVAL_MOCK and each model from its environment variable.
     The plugin and `egeo` both build their settings here."""
     unknown = set(given) - SETTING_NAMES
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-    given = dict(given)
-    if given.get("concurrency") == AUTO:
-        given["concurrency"], given["auto_concurrency"] = None, True
+    given = {name: None if name == "concurrency" and value == AUTO else value for name, value in given.items()}
     settings = Settings(**{name: value for name, value in given.items() if value is not None})
     settings.mock = bool(given.get("mock")) or mock_from_env()
     for role, model in (models or {}).items():

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
-from fake_openai import RateLimit
+from fake_openai import FakeOpenAI, RateLimit
 
-from conftest import GeoProject
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from pytest_geo.cli import main
 from pytest_geo.engine.adaptive import (
     CUT_ON_429,
     START,
@@ -161,13 +163,15 @@ def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate(
 
 def test_auto_parses_as_a_setting() -> None:
     settings = build_settings({"concurrency": "auto", "max_concurrency": 32})
-    assert settings.auto_concurrency and settings.max_concurrency == 32
+    assert settings.concurrency is None and settings.max_concurrency == 32
+    assert build_settings({}).concurrency is None  # auto is the default
+    assert build_settings({"concurrency": 4}).concurrency == 4
 
 
 def test_stats_from_workers_add_up() -> None:
     one = {"mode": "auto", "limit": 10, "reached": 20, "rate_limited": 3, "maximum": 256}
     assert merge_stats(merge_stats(None, one), one) == {"mode": "auto", "limit": 20, "reached": 40,
-                                                        "rate_limited": 6, "maximum": 256}
+                                                        "rate_limited": 6, "maximum": 512}
 
 
 def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: GeoProject) -> None:
@@ -229,3 +233,21 @@ def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
     report = json.loads((served_project.pytester.path / "report.json").read_text())
     assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 5
     assert report["concurrency"]["reached"] <= 5
+
+
+def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(6)), encoding="utf-8")
+    fake_openai.latency = 0.05
+    fake_openai.rate_limit = RateLimit(rate=10_000, max_in_flight=3)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--no-cache", "--concurrency", "auto", "--max-concurrency", "8"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    refused = fake_openai.rate_limit.refused
+    assert refused > 0
+    assert "concurrency: auto, reached 8 rows in flight (bound 8)" in err
+    assert f"429 answers seen: {refused}" in err

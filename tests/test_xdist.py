@@ -93,7 +93,7 @@ def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> No
 
     reports = [json.loads((project.path / f"{name}.json").read_text()) for name in ("single", "spread")]
     assert comparable(reports[0]) == comparable(reports[1])
-    assert reports[1]["concurrency"]["limit"] == 2 * reports[0]["concurrency"]["limit"]  # two workers' worth
+    assert reports[1]["concurrency"]["maximum"] == 2 * reports[0]["concurrency"]["maximum"]  # two workers' worth
     assert reports[1]["geo"]["datasets"]["data/smoke.jsonl"]["n"] == 8
     assert len(reports[1]["rows"]) == 17
 

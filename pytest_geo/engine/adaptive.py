@@ -3,7 +3,7 @@
 Providers limit requests per second and tokens per minute, not the client's CPU, and
 the limit is unknown in advance. So, as TCP does with a network's capacity:
 
-- slow start: from a modest START, each successful call adds half a row (about doubling
+- slow start: from a modest START (16, the old fixed default), each successful call adds half a row (about doubling
   the rows in flight per round trip) until the first sign of pressure;
 - then additive increase: about one row per round trip (1/limit per successful call);
 - calls taking twice as long as the fastest seen trim the limit by a tenth, once per
@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_geo.engine.limiter import Limiter
+from pytest_geo.settings import DEFAULT_CONCURRENCY
 
-START = 16  # rows: the fixed default, so auto never opens harder than a plain run did
+START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
 SLOW_START_STEP = 1.0  # rows per successful call while no pressure was seen (x2.5 a round trip)
 SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
 CUT_ON_429 = 0.5
@@ -239,9 +240,9 @@ class FixedConcurrency:
 Controller = AdaptiveConcurrency | FixedConcurrency
 
 
-def controller_for(auto: bool, fixed: int, maximum: int) -> Controller:
-    """The run's row and request limiters, under the controller --geo-concurrency asks for."""
-    rows, requests = Limiter(fixed), Limiter(REQUESTS_PER_ROW * fixed)
-    if auto:
-        return AdaptiveConcurrency(rows, requests, maximum)
-    return FixedConcurrency(rows, requests, fixed)
+def controller_for(fixed: int | None, maximum: int) -> Controller:
+    """The run's row and request limiters, under the controller --geo-concurrency asks
+    for: a number fixes them, None (auto) adapts them."""
+    if fixed is None:
+        return AdaptiveConcurrency(Limiter(START), Limiter(REQUESTS_PER_ROW * START), maximum)
+    return FixedConcurrency(Limiter(fixed), Limiter(REQUESTS_PER_ROW * fixed), fixed)

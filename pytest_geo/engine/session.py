@@ -41,7 +41,7 @@ class GeoSession:
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
         # Under --geo-concurrency auto the controller resizes both as the server answers.
-        self.concurrency = controller_for(settings.auto_concurrency, settings.concurrency, settings.max_concurrency)
+        self.concurrency = controller_for(settings.concurrency, settings.max_concurrency)
         observe = getattr(backend, "observe_responses", None)
         if callable(observe):  # backends that see HTTP responses report status and headers
             observe(self.concurrency.observe)

@@ -70,9 +70,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"timeout for each model call (ini: geo_timeout; default: {DEFAULT_TIMEOUT:g}).")
     group.addoption("--geo-concurrency", type=concurrency, default=None, metavar="N|auto",
                     help="most rows in flight at once; each makes at most 2 model calls at a time, so at "
-                         "most 2N requests; 'auto' starts low, raises it while calls succeed and cuts it "
-                         "on 429s and low x-ratelimit-remaining-* headers (ini: geo_concurrency; "
-                         f"default: {DEFAULT_CONCURRENCY}).")
+                         f"most 2N requests; 'auto' (the default) starts at {DEFAULT_CONCURRENCY}, raises it "
+                         "while calls succeed and cuts it on 429s, Retry-After and the x-ratelimit-* "
+                         "headers (ini: geo_concurrency).")
     group.addoption("--geo-max-concurrency", type=positive_int, default=None, metavar="N",
                     help="upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; "
                          f"default: {DEFAULT_MAX_CONCURRENCY}).")

@@ -10,12 +10,14 @@ from typing import Any
 
 def merge_stats(total: dict[str, Any] | None, other: Mapping[str, Any]) -> dict[str, Any]:
     """Add one process's stats to the run's: xdist workers each run their own controller
-    at the same time, so limits and 429s add up."""
+    at the same time, so limits, bounds and 429s add up."""
     if total is None:
         return dict(other)
     merged = dict(total)
     for name in ("limit", "reached", "rate_limited"):
         merged[name] = int(total.get(name) or 0) + int(other.get(name) or 0)
+    if total.get("maximum") is not None and other.get("maximum") is not None:
+        merged["maximum"] = int(total["maximum"]) + int(other["maximum"])
     return merged
 
 
