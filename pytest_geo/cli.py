@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "this directory is pytest's rootdir, so the two share answers); the mock is never cached",
     )
     evaluate.add_argument("--no-cache", action="store_true", help="neither read nor write the model-answer cache")
+    evaluate.add_argument("--batch", action="store_true",
+                          help="send the model calls through the OpenAI Batch API (about half the price); "
+                          "batch ids are kept in the cache directory, so an interrupted run resumes them")
     _common(evaluate)
     optimize = commands.add_parser(
         "optimize-prompts",
@@ -127,6 +130,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "prompts_dir": args.prompts,
         "concurrency": args.concurrency,
         "max_concurrency": args.max_concurrency,
+        "batch": getattr(args, "batch", False),
         "base_url": args.base_url,
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,

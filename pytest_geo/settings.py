@@ -51,6 +51,7 @@ class Settings:
     # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
+    batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
     cache_dir: Path | None = None
     use_cache: bool = True

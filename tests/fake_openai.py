@@ -31,6 +31,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_batches import BatchStore
+
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "drop", "slow", "malformed", "bad_ranking")
@@ -92,6 +94,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.max_in_flight = 0
         self.rate_limit: RateLimit | None = None  # set to limit requests (see RateLimit)
         self.refused_at: list[float] = []  # when rate-limit mode refused a request
+        self.batches = BatchStore()  # the Batch API's files and batches (fake_batches.py)
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
@@ -167,6 +170,21 @@ def answer_for(body: dict[str, Any], fault: str | None = None) -> str:
     return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
 
 
+def completion(body: dict[str, Any], fault: str | None = None, number: int = 0) -> dict[str, Any]:
+    """A chat.completion object answering `body`, with usage counted in words."""
+    content = answer_for(body, fault)
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "fake"),
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
+                  "total_tokens": prompt_tokens + len(content.split())},
+    }
+
+
 def _candidates(text: str) -> list[dict[str, Any]]:
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\[", text):
@@ -188,8 +206,16 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        """`/stats`: what the server saw, for a client in another process (the bench)."""
-        if self.path.rstrip("/").endswith("/stats"):
+        """`/stats`: what the server saw, for a client in another process (the bench);
+        the Batch API's reads."""
+        parts = self.path.split("?")[0].rstrip("/").split("/")
+        if parts[-2:-1] == ["batches"]:
+            found = self.server.batches.retrieve(parts[-1], completion)
+            self._send(200, found) if found else self._not_found()
+        elif parts[-3:-2] == ["files"] and parts[-1] == "content":
+            data = self.server.batches.content(parts[-2])
+            self._send_bytes(200, data) if data is not None else self._not_found()
+        elif self.path.rstrip("/").endswith("/stats"):
             with self.server.lock:
                 limit = self.server.rate_limit
                 stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
@@ -198,9 +224,23 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
+    def _not_found(self) -> None:
+        self._send(404, {"error": {"message": f"no such object: {self.path}", "type": "invalid_request_error"}})
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
+        parts = self.path.split("?")[0].rstrip("/").split("/")
+        if parts[-1] == "files":
+            self._send(200, self.server.batches.upload(self.headers.get("Content-Type", ""), raw))
+            return
+        if parts[-1] == "batches":
+            self._send(*self.server.batches.create(json.loads(raw or b"{}")))
+            return
+        if parts[-1] == "cancel" and parts[-3:-2] == ["batches"]:
+            found = self.server.batches.cancel(parts[-2])
+            self._send(200, found) if found else self._not_found()
+            return
         try:
             body = json.loads(raw)
         except ValueError:
@@ -234,27 +274,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
                            {"retry-after-ms": "20"})
                 return
-            content = answer_for(body, fault)
-            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-            self._send(200, headers=limit_headers, payload={
-                "id": f"chatcmpl-{len(server.requests)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "fake"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
-                          "total_tokens": prompt_tokens + len(content.split())},
-            })
+            self._send(200, completion(body, fault, len(server.requests)), limit_headers)
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
             server._leave()
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode("utf-8")
+        self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers, "application/json")
+
+    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                    content_type: str = "application/octet-stream") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)

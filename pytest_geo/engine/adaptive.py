@@ -52,6 +52,7 @@ LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
+BATCH_ROWS = 1_000_000  # no bound: under --geo-batch a row waits for its round, not a slot
 REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -120,7 +121,7 @@ def budget_low(headers: Mapping[str, str], requests_in_flight: int) -> bool:
 class ConcurrencyStats:
     """What the summary and the JSON report show; plain data, crosses xdist processes."""
 
-    mode: str  # "auto" or "fixed"
+    mode: str  # "auto", "fixed" or "batch"
     limit: int  # the fixed limit, or auto's final one
     reached: int  # the most rows allowed in flight at any time
     rate_limited: int  # 429 answers seen (retried ones included)
@@ -217,8 +218,9 @@ def _smooth(average: float | None, sample: float) -> float:
 class FixedConcurrency:
     """A fixed --geo-concurrency N: the limiters stay put; 429s are only counted."""
 
-    def __init__(self, rows: Limiter, requests: Limiter, limit: int) -> None:
+    def __init__(self, rows: Limiter, requests: Limiter, limit: int, mode: str = "fixed") -> None:
         self.limit = limit
+        self.mode = mode
         rows.resize(limit)
         requests.resize(REQUESTS_PER_ROW * limit)
         self.rows = rows
@@ -234,15 +236,18 @@ class FixedConcurrency:
         pass
 
     def stats(self) -> ConcurrencyStats:
-        return ConcurrencyStats("fixed", self.limit, self.limit, self.rate_limited)
+        return ConcurrencyStats(self.mode, self.limit, self.limit, self.rate_limited)
 
 
 Controller = AdaptiveConcurrency | FixedConcurrency
 
 
-def controller_for(fixed: int | None, maximum: int) -> Controller:
+def controller_for(fixed: int | None, maximum: int, batch: bool = False) -> Controller:
     """The run's row and request limiters, under the controller --geo-concurrency asks
-    for: a number fixes them, None (auto) adapts them."""
+    for: a number fixes them, None (auto) adapts them; under --geo-batch every row runs
+    at once, since a round holds every row that can ask."""
+    if batch:
+        return FixedConcurrency(Limiter(BATCH_ROWS), Limiter(BATCH_ROWS), BATCH_ROWS, mode="batch")
     if fixed is None:
         return AdaptiveConcurrency(Limiter(START), Limiter(REQUESTS_PER_ROW * START), maximum)
     return FixedConcurrency(Limiter(fixed), Limiter(REQUESTS_PER_ROW * fixed), fixed)

@@ -18,11 +18,20 @@ from pytest_geo.engine.experiment import (
 from pytest_geo.engine.prompts import PromptSet, load_prompts
 from pytest_geo.engine.runner import BoundedClient, Runner
 from pytest_geo.llm.base import ChatClient
-from pytest_geo.llm.factory import build_client, with_cache
+from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache
 from pytest_geo.llm.usage import UsageClient, UsageTable
 from pytest_geo.settings import Settings
 
 Outcome = GeoOutcome | RepeatedOutcome
+
+
+def batch_client(backend: ChatClient, settings: Settings) -> ChatClient:
+    """The backend behind the Batch API; batch ids are kept beside the answer cache."""
+    from pytest_geo.llm.batch import BatchClient
+
+    if not hasattr(backend, "sdk"):
+        raise ClientSetupError("--geo-batch needs the OpenAI client (a key, not the mock or a custom client)")
+    return BatchClient(backend, settings.cache_dir if settings.use_cache else None)
 
 
 class GeoSession:
@@ -36,12 +45,15 @@ class GeoSession:
     def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
         self.settings = settings
         backend = client or build_client(settings)
+        if settings.batch and not settings.mock:  # the mock answers at once: nothing to batch
+            backend = batch_client(backend, settings)
         # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
         # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
         # the rewrite), so 2N request slots never hold a plain row back, and they still
         # bound --geo-repeats (K experiments per row) and anything else sharing the client.
         # Under --geo-concurrency auto the controller resizes both as the server answers.
-        self.concurrency = controller_for(settings.concurrency, settings.max_concurrency)
+        batching = settings.batch and not settings.mock
+        self.concurrency = controller_for(settings.concurrency, settings.max_concurrency, batch=batching)
         observe = getattr(backend, "observe_responses", None)
         if callable(observe):  # backends that see HTTP responses report status and headers
             observe(self.concurrency.observe)

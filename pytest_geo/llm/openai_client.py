@@ -72,6 +72,20 @@ class OpenAIChatClient:
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
         )
 
+    @property
+    def sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client, for the Batch API (llm/batch.py)."""
+        return self._client
+
+    def describe(self, exc: BaseException) -> str:
+        """One scrubbed line naming what went wrong, for callers outside `complete`."""
+        if isinstance(exc, openai.APIError):
+            return self._cause(exc)
+        return self._scrub(f"{type(exc).__name__}: {exc}")
+
+    def scrub(self, text: str) -> str:
+        return self._scrub(text)
+
     def observe_responses(self, observer: ResponseObserver) -> None:
         """Hand every HTTP response's status and headers (case-insensitive names) to
         `observer`, the SDK's retried 429s included: what --geo-concurrency auto adapts to."""

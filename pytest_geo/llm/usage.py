@@ -2,7 +2,8 @@
 
 `calls` counts every request the engine made (re-asks included), `cache_hits` those the
 cache answered, `retries` the HTTP retries the SDK took, `errors` calls that failed for
-good; tokens are the ones a server reported, so cache hits add none.
+good; tokens are the ones a server reported, so cache hits add none. `batch_calls` counts
+calls answered through the Batch API (--geo-batch): their tokens are billed at batch prices.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError
 
-FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens")
+FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens", "batch_calls")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -33,6 +34,7 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
     return [
         f"{role}: calls={c['calls']} cache_hits={c['cache_hits']} retries={c['retries']} errors={c['errors']} "
         f"prompt_tokens={c['prompt_tokens']} completion_tokens={c['completion_tokens']}"
+        + (f" batch_calls={c['batch_calls']}" if c.get("batch_calls") else "")
         for role, c in sorted(usage.items())
     ]
 
@@ -58,6 +60,7 @@ class UsageClient:
             counts["cache_hits"] += 1
         else:
             counts["retries"] += response.retries
+            counts["batch_calls"] += response.batch
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
         return response

@@ -76,6 +76,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-max-concurrency", type=positive_int, default=None, metavar="N",
                     help="upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; "
                          f"default: {DEFAULT_MAX_CONCURRENCY}).")
+    group.addoption("--geo-batch", action="store_true", default=None,
+                    help="send the rows' model calls through the OpenAI Batch API (about half the price; "
+                         "rounds of one batch each, polled until done; answers land in the answer cache, and "
+                         "an interrupted run resumes its pending batches) (ini: geo_batch).")
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help=f"retries of a failed model call (ini: geo_max_retries; default: {DEFAULT_MAX_RETRIES}).")
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
@@ -116,6 +120,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests), or auto", default="")
     parser.addini("geo_max_concurrency", "upper bound of geo_concurrency = auto, in rows", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
+    parser.addini("geo_batch", "model calls through the OpenAI Batch API", type="bool", default=False)
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
@@ -139,6 +144,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given: dict[str, Any] = {name: _pick(config, *spec) for name, spec in VALUED.items()}
     given["mock"] = config.getoption("geo_mock")
     given["prompts_dir"] = prompts_dir(config)
+    batch = config.getoption("geo_batch")
+    given["batch"] = bool(config.getini("geo_batch") if batch is None else batch)
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}

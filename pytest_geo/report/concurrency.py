@@ -26,6 +26,8 @@ def stats_line(stats: Mapping[str, Any]) -> str:
     if stats.get("mode") == "auto":
         shape = (f"auto, reached {stats['reached']} rows in flight (bound {stats.get('maximum')}), "
                  f"ended at {stats['limit']}")
+    elif stats.get("mode") == "batch":
+        shape = "batch (every row in its round)"
     else:
         shape = f"fixed at {stats['limit']} rows in flight"
     return f"concurrency: {shape}; 429 answers seen: {stats['rate_limited']}"
