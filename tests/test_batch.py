@@ -154,3 +154,27 @@ def test_batch_needs_the_openai_client(counting_client: pytest.Pytester) -> None
     result = counting_client.runpytest("data/smoke.jsonl", "--geo-batch", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--geo-batch needs the OpenAI client*"])
+
+
+PROCEDURE_SUITE = """
+import pytest_geo
+
+shout = pytest_geo.prompt("shout", "Original description: {{input}}")
+
+shout_eval = pytest_geo.suite("shout", data={"items": [("kettle", None)]})
+
+@shout_eval.metric
+def answered(items, expected):
+    return bool(shout(items)), "answered"
+"""
+
+
+def test_suite_procedures_go_as_ordinary_calls_beside_batched_rows(served_project: GeoProject) -> None:
+    """A procedure is called one suite item at a time: a batch of one per item would make
+    each item wait for a whole batch, so under --geo-batch it is an ordinary call."""
+    served_project.pytester.makepyfile(test_suites=PROCEDURE_SUITE)
+    dataset = served_project.dataset(2)
+    result = served_project.run(str(dataset), "test_suites.py", "--geo-batch", "--geo-no-cache")
+    result.assert_outcomes(passed=3)
+    assert len(served_project.server.requests) == 1  # the procedure's call
+    assert sum(len(uploaded_lines(served_project.server, b)) for b in served_project.server.batches.created) == 6

@@ -34,6 +34,10 @@ from pytest_geo.data.files import write_text_atomic
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import cache_key
 
+# Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
+# procedures ("procedure") are called one item at a time, so a round would hold one
+# call and each item would wait for a whole batch: they go as ordinary calls.
+BATCH_ROLES = frozenset({"ranker", "rewriter"})
 ENDPOINT = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -83,6 +87,9 @@ class BatchClient:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.role not in BATCH_ROLES:
+            response: ChatResponse = await self.backend.complete(request)
+            return response
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ChatResponse] = loop.create_future()
         self._round.setdefault(cache_key(self.base_url, request), _Call(request)).futures.append(future)
