@@ -226,6 +226,14 @@ def test_bad_concurrency_value_names_auto(geo_project: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--geo-concurrency*'lots' is neither a whole number nor 'auto'*"])
 
 
+def test_auto_is_the_default(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "report.json")
+    result.assert_outcomes(passed=2)
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 256
+    result.stdout.fnmatch_lines(["concurrency: auto, reached * rows in flight (bound 256), ended at *"])
+
+
 def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_concurrency = auto\ngeo_max_concurrency = 5\n")
     result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "report.json")

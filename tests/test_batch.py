@@ -50,9 +50,12 @@ def test_a_geo_row_takes_two_rounds_and_lands_in_the_cache(served_project: GeoPr
 
 
 def test_custom_ids_are_the_ordinary_cache_keys(served_project: GeoProject) -> None:
+    """Also: the ini twin turns batch mode on."""
     from pytest_geo.llm.base import ChatRequest
 
-    served_project.run(str(served_project.dataset(1)), "--geo-batch", "--geo-cache-dir", "c").assert_outcomes(passed=1)
+    served_project.pytester.makeini("[pytest]\ngeo_batch = true\n")
+    served_project.run(str(served_project.dataset(1)), "--geo-cache-dir", "c").assert_outcomes(passed=1)
+    assert served_project.server.requests == []
     line = uploaded_lines(served_project.server, served_project.server.batches.created[0])[0]
     body = line["body"]
     assert isinstance(body, dict)
@@ -172,9 +175,9 @@ def answered(items, expected):
 def test_suite_procedures_go_as_ordinary_calls_beside_batched_rows(served_project: GeoProject) -> None:
     """A procedure is called one suite item at a time: a batch of one per item would make
     each item wait for a whole batch, so under --geo-batch it is an ordinary call."""
-    served_project.pytester.makepyfile(test_suites=PROCEDURE_SUITE)
+    served_project.pytester.makepyfile(test_batch_shout_suite=PROCEDURE_SUITE)  # unique: modules are cached by name
     dataset = served_project.dataset(2)
-    result = served_project.run(str(dataset), "test_suites.py", "--geo-batch", "--geo-no-cache")
+    result = served_project.run(str(dataset), "test_batch_shout_suite.py", "--geo-batch", "--geo-no-cache")
     result.assert_outcomes(passed=3)
     assert len(served_project.server.requests) == 1  # the procedure's call
     assert sum(len(uploaded_lines(served_project.server, b)) for b in served_project.server.batches.created) == 6
