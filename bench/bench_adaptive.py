@@ -4,7 +4,9 @@ concurrencies beside it, in one run.
 1. Limits R requests/s and C in flight (the fake server's rate-limit mode, headers like
    the real API's), latency L, `--calls` model calls (3 per GEO row): the throughput
    reached as a share of R (target >= 90%) and the share of requests answered 429
-   (target <= 5%), for auto and for a fixed `--geo-concurrency 16`.
+   (target <= 5%), for auto and for a fixed `--geo-concurrency 16`; and auto against
+   the same limits when the server's 429s say only `Retry-After` (whole seconds) and its
+   successes nothing (no target: AIMD on 429s alone).
 2. No limit: auto's wall time against fixed C=64 (bench_concurrency.py's figure), on
    the same rows (target: auto within 20%).
 
@@ -91,13 +93,16 @@ def main() -> None:
         print(f"rate-limited server: R={args.rate:g}/s C={args.max_in_flight} L={args.latency:g}s, "
               f"{len(batch)} rows = {calls} calls (ideal wall {calls / args.rate:.2f}s at R; the bucket's "
               f"first second of burst makes {(calls - args.rate) / args.rate:.2f}s possible)")
-        for concurrency in ("auto", args.fixed):
-            with server(args.latency, limits) as url:
+        runs: list[tuple[int | str, list[str], str]] = [
+            ("auto", limits, ""), (args.fixed, limits, ""),
+            ("auto", [*limits, "--rate-headers", "retry-after"], " (server sends only Retry-After)")]
+        for concurrency, server_limits, note in runs:
+            with server(args.latency, server_limits) as url:
                 run(url, batch[:4], 4)  # warm up imports and connections (inside the bucket's burst)
                 wall, stats, served = run(url, batch, concurrency)
             throughput = calls / wall
             refused = served["rate_limited"]
-            print(f"  --geo-concurrency {concurrency}: wall {wall:.2f}s, {throughput:.0f} calls/s = "
+            print(f"  --geo-concurrency {concurrency}{note}: wall {wall:.2f}s, {throughput:.0f} calls/s = "
                   f"{throughput / args.rate:.0%} of R (target >= 90%), 429s {refused} of {served['requests']} "
                   f"requests = {refused / max(1, served['requests']):.1%} (target <= 5%), "
                   f"rows in flight reached {stats['reached']}, ended at {stats['limit']}")
