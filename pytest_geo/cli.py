@@ -20,7 +20,16 @@ from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
 from pytest_geo.llm.usage import cost_line, usage_lines
-from pytest_geo.options import any_int, non_negative_int, positive_float, positive_int, progress_mode, temperature
+from pytest_geo.options import (
+    any_int,
+    concurrency,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    progress_mode,
+    temperature,
+)
+from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.html import write_html_report
 from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
@@ -30,6 +39,7 @@ from pytest_geo.report.terminal import fact_lines
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
@@ -62,10 +72,18 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     )
     parser.add_argument(
         "--concurrency",
+        type=concurrency,
+        default=None,
+        metavar="N|auto",
+        help="most rows in flight, at most 2N model requests; auto (the default) starts at "
+        f"{DEFAULT_CONCURRENCY} and adapts to the server's rate limits",
+    )
+    parser.add_argument(
+        "--max-concurrency",
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"most rows in flight, at most 2N model requests (default: {DEFAULT_CONCURRENCY})",
+        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY})",
     )
     parser.add_argument(
         "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
@@ -110,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
         "this directory is pytest's rootdir, so the two share answers); the mock is never cached",
     )
     evaluate.add_argument("--no-cache", action="store_true", help="neither read nor write the model-answer cache")
+    evaluate.add_argument("--batch", action="store_true",
+                          help="send the model calls through the OpenAI Batch API (about half the price); "
+                          "batch ids are kept in the cache directory, so an interrupted run resumes them")
     _common(evaluate)
     optimize = commands.add_parser(
         "optimize-prompts",
@@ -165,6 +186,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "prompts_dir": find_prompts_dir(args.prompts),
         "temperature": args.temperature,
         "concurrency": args.concurrency,
+        "max_concurrency": args.max_concurrency,
+        "batch": getattr(args, "batch", False),
         "base_url": args.base_url,
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
@@ -243,6 +266,7 @@ def evaluate(args: argparse.Namespace) -> int:
         outcomes = _run_rows(geo, rows, _progress(settings))
     finally:
         geo.close()
+    print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
     # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
     dataset = str(args.dataset)
     usage = geo.usage_table()

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytest_geo.settings import SPLITS
+from pytest_geo.settings import AUTO, SPLITS
 
 N = TypeVar("N", int, float)
 
@@ -35,6 +35,17 @@ def any_int(text: str) -> int:
 
 def positive_int(text: str) -> int:
     return _at_least(any_int(text), text, 1)
+
+
+def concurrency(text: str) -> int | str:
+    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor 'auto'") from None
+    return positive_int(text)
 
 
 def non_negative_int(text: str) -> int:

@@ -47,6 +47,7 @@ from pytest_geo.pytest_layer.state import (
 )
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
+from pytest_geo.report.concurrency import merge_stats
 from pytest_geo.report.junit import junit_properties
 from pytest_geo.report.metadata import run_identity
 from pytest_geo.report.results import Results
@@ -273,8 +274,10 @@ class GeoCollector:
         if geo is not None:
             geo.close()
             merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
+            self.results.concurrency = merge_stats(self.results.concurrency, geo.concurrency_stats().as_json())
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
+            self.config.workeroutput["geo_concurrency"] = self.results.concurrency  # type: ignore[attr-defined]
             return
         write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
 
@@ -302,6 +305,10 @@ class GeoXdistHooks:
             _check_min_scores(self.config, set(rows.values()))
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        usage = getattr(node, "workeroutput", {}).get("geo_usage")
+        output = getattr(node, "workeroutput", {})
+        usage = output.get("geo_usage")
         if isinstance(usage, dict):
             merge_usage(self.results.usage, usage)
+        concurrency = output.get("geo_concurrency")
+        if isinstance(concurrency, dict):
+            self.results.concurrency = merge_stats(self.results.concurrency, concurrency)

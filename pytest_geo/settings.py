@@ -15,6 +15,8 @@ MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
 DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
 DEFAULT_CONCURRENCY = 16
+DEFAULT_MAX_CONCURRENCY = 256
+AUTO = "auto"
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
@@ -86,7 +88,11 @@ class Settings:
     temperature: float = 0.0
     base_url: str | None = None
     timeout: float = DEFAULT_TIMEOUT
-    concurrency: int = DEFAULT_CONCURRENCY
+    # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    concurrency: int | None = None
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
+    batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
     cache_dir: Path | None = None
     use_cache: bool = True
@@ -107,11 +113,13 @@ SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | None = None) -> Settings:
     """`given` maps Settings fields to what the user gave, None where nothing was: the
-    defaults above apply, the mock can also come from GEO_EVAL_MOCK and each model from
-    its environment variable. The plugin and `egeo` both build their settings here."""
+    defaults above apply, a concurrency of "auto" is the default (None), the mock can
+    also come from GEO_EVAL_MOCK and each model from its environment variable.
+    The plugin and `egeo` both build their settings here."""
     unknown = set(given) - SETTING_NAMES
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+    given = {name: None if name == "concurrency" and value == AUTO else value for name, value in given.items()}
     settings = Settings(**{name: value for name, value in given.items() if value is not None})
     settings.mock = bool(given.get("mock")) or mock_from_env()
     for role, model in (models or {}).items():

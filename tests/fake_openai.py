@@ -4,14 +4,23 @@ It answers from the request itself (the candidates JSON in the ranker prompt, th
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end.
 Latency and faults are injectable; it records every request and the most in flight.
 
+Rate-limit mode (`rate_limit`): at most R requests per second (a token bucket holding
+one second's worth, refilled continuously, as providers meter requests per minute) and at
+most C in flight; beyond either, an immediate 429 with `Retry-After`. With headers
+"openai" every answer carries `x-ratelimit-limit/remaining/reset-requests` and a 429 also
+`retry-after-ms`, like the real API; with "retry-after" a 429 says only `Retry-After`
+(whole seconds, as HTTP defines it) and successes say nothing.
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
+    python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import re
 import socket
@@ -23,12 +32,51 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fake_batches import BatchStore
+
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
+
+
+class RateLimit:
+    """A token bucket of `rate` requests per second (capacity: one second's worth) and a
+    cap on requests in flight. `admit` decides one request under the server's lock."""
+
+    def __init__(self, rate: float, max_in_flight: int, headers: str = "openai") -> None:
+        assert headers in ("openai", "retry-after"), headers
+        self.rate = rate
+        self.max_in_flight = max_in_flight
+        self.headers = headers
+        self.tokens = rate
+        self.stamp = time.monotonic()
+        self.refused = 0
+
+    def admit(self, in_flight: int) -> tuple[bool, dict[str, str]]:
+        """(admitted, headers to send); `in_flight` counts the others in flight."""
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        admitted = in_flight < self.max_in_flight and self.tokens >= 1
+        if admitted:
+            self.tokens -= 1
+        else:
+            self.refused += 1
+        wait = max(0.0, (1 - self.tokens) / self.rate) if self.tokens < 1 else 0.0
+        if self.headers == "retry-after":
+            return admitted, {} if admitted else {"Retry-After": str(max(1, math.ceil(wait)))}
+        headers = {
+            "x-ratelimit-limit-requests": str(int(self.rate)),
+            "x-ratelimit-remaining-requests": str(int(self.tokens)),
+            "x-ratelimit-reset-requests": f"{math.ceil((self.rate - self.tokens) / self.rate * 1000)}ms",
+        }
+        if not admitted:
+            wait = max(wait, 0.01)  # in flight full: a slot frees within a round trip
+            headers.update({"retry-after-ms": str(math.ceil(wait * 1000)), "retry-after": str(math.ceil(wait))})
+        return admitted, headers
 
 
 class FakeOpenAI(ThreadingHTTPServer):
@@ -46,6 +94,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.rate_limit: RateLimit | None = None  # set to limit requests (see RateLimit)
+        self.refused_at: list[float] = []  # when rate-limit mode refused a request
+        self.batches = BatchStore()  # the Batch API's files and batches (fake_batches.py)
         self.lock = threading.Lock()
         # While set, each request waits (up to `hold_seconds`) until this many have been in
         # flight at once: a test of concurrency then passes on a slow machine as well as a
@@ -100,9 +151,20 @@ class FakeOpenAI(ThreadingHTTPServer):
                 return self.rng.choice(RANDOM_FAULTS)
             return self.always
 
+    def _admit(self) -> tuple[bool, dict[str, str]]:
+        """(admitted, rate-limit headers to send) under rate-limit mode; refusals are
+        timed in `refused_at`."""
+        with self.lock:
+            if self.rate_limit is None:
+                return True, {}
+            verdict = self.rate_limit.admit(self.in_flight)
+            if not verdict[0]:
+                self.refused_at.append(time.monotonic())
+            return verdict
+
     def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
-            self.requests.append({"body": body, "headers": headers})
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic()})
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
@@ -142,6 +204,22 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
 
 
 BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)
+
+
+def completion(body: dict[str, Any], fault: str | None = None, number: int = 0,
+               headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """A chat.completion object answering `body`, with usage counted in words."""
+    content = answer_for(body, fault, headers)
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "fake"),
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
+                  "total_tokens": prompt_tokens + len(content.split())},
+    }
 
 
 def _candidates(text: str) -> list[dict[str, Any]]:
@@ -185,24 +263,53 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        """`/stats`: what the server saw, for a client in another process (the bench)."""
-        if self.path.rstrip("/").endswith("/stats"):
+        """`/stats`: what the server saw, for a client in another process (the bench);
+        the Batch API's reads."""
+        parts = self.path.split("?")[0].rstrip("/").split("/")
+        if parts[-2:-1] == ["batches"]:
+            found = self.server.batches.retrieve(parts[-1], completion)
+            self._send(200, found) if found else self._not_found()
+        elif parts[-3:-2] == ["files"] and parts[-1] == "content":
+            data = self.server.batches.content(parts[-2])
+            self._send_bytes(200, data) if data is not None else self._not_found()
+        elif self.path.rstrip("/").endswith("/stats"):
             with self.server.lock:
-                stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight}
+                limit = self.server.rate_limit
+                stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
+                         "rate_limited": limit.refused if limit is not None else 0}
             self._send(200, stats)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
+    def _not_found(self) -> None:
+        self._send(404, {"error": {"message": f"no such object: {self.path}", "type": "invalid_request_error"}})
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
+        parts = self.path.split("?")[0].rstrip("/").split("/")
+        if parts[-1] == "files":
+            self._send(200, self.server.batches.upload(self.headers.get("Content-Type", ""), raw))
+            return
+        if parts[-1] == "batches":
+            self._send(*self.server.batches.create(json.loads(raw or b"{}")))
+            return
+        if parts[-1] == "cancel" and parts[-3:-2] == ["batches"]:
+            found = self.server.batches.cancel(parts[-2])
+            self._send(200, found) if found else self._not_found()
+            return
         try:
             body = json.loads(raw)
         except ValueError:
             body = {}
         server = self.server
+        admitted, limit_headers = server._admit()
         server._enter(body, {k.lower(): v for k, v in self.headers.items()})
         try:
+            if not admitted:
+                self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
+                                           "code": "rate_limit_exceeded"}}, limit_headers)
+                return
             fault = server._next_fault(body)
             fault = None if fault == "ok" else fault
             if server.hold_until:
@@ -232,27 +339,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
                            {"retry-after-ms": "20"})
                 return
-            content = answer_for(body, fault, {k.lower(): v for k, v in self.headers.items()})
-            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-            self._send(200, {
-                "id": f"chatcmpl-{len(server.requests)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "fake"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
-                          "total_tokens": prompt_tokens + len(content.split())},
-            })
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self._send(200, completion(body, fault, len(server.requests), headers), limit_headers)
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
             server._leave()
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode("utf-8")
+        self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers, "application/json")
+
+    def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                    content_type: str = "application/octet-stream") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
@@ -263,8 +363,13 @@ class _Handler(BaseHTTPRequestHandler):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--rate", type=float, default=None, help="rate-limit mode: requests per second")
+    parser.add_argument("--max-in-flight", type=int, default=10**9, help="rate-limit mode: requests in flight")
+    parser.add_argument("--rate-headers", choices=("openai", "retry-after"), default="openai")
     args = parser.parse_args()
     server = FakeOpenAI(latency=args.latency)
+    if args.rate is not None:
+        server.rate_limit = RateLimit(args.rate, args.max_in_flight, args.rate_headers)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

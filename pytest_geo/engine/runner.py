@@ -7,24 +7,34 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from pytest_geo.engine.limiter import Limiter
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 T = TypeVar("T")
 
 
 class BoundedClient:
-    """At most `limit` model requests in flight at once, whoever sends them."""
+    """At most `limit` model requests in flight at once, whoever sends them; a Limiter
+    given as `limit` can be resized meanwhile (--geo-concurrency auto), and
+    `on_success` hears how long every call that came back took."""
 
-    def __init__(self, inner: ChatClient, limit: int) -> None:
+    def __init__(self, inner: ChatClient, limit: int | Limiter,
+                 on_success: Callable[[float], None] | None = None) -> None:
         self.inner = inner
-        self._slots = asyncio.Semaphore(limit)
+        self._slots = limit if isinstance(limit, Limiter) else Limiter(limit)
+        self._on_success = on_success
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         async with self._slots:
-            return await self.inner.complete(request)
+            started = time.perf_counter()
+            response = await self.inner.complete(request)
+        if self._on_success is not None:
+            self._on_success(time.perf_counter() - started)
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -44,11 +54,12 @@ def _copy_outcome(future: concurrent.futures.Future[Any], task: asyncio.Task[Any
 
 
 class Runner:
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int | Limiter) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
         self._thread.start()
-        self._slots = asyncio.Semaphore(concurrency)
+        # Rows in flight; a Limiter rather than a Semaphore so auto concurrency can resize it.
+        self.slots = concurrency if isinstance(concurrency, Limiter) else Limiter(concurrency)
         # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
         self._pending: dict[concurrent.futures.Future[Any], None] = {}
         self._lock = threading.Lock()
@@ -80,7 +91,7 @@ class Runner:
             future.add_done_callback(functools.partial(self._cancel_task, task))
 
     async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> T:
-        async with self._slots:
+        async with self.slots:
             if future.cancelled():  # cancelled while waiting; its task's cancel may still be in flight
                 raise asyncio.CancelledError
             return await make()

@@ -32,6 +32,7 @@ class ChatResponse:
     completion_tokens: int = 0
     cached: bool = False
     retries: int = 0
+    batch: bool = False  # answered through the Batch API (billed at batch prices)
 
 
 class ModelError(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import re
 import socket
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import openai
@@ -40,11 +41,17 @@ async def _count_attempt(request: Any) -> None:
             attempts.append(len(attempts))
 
 
-def _http_client() -> Any:
+# Status and headers of one HTTP response; may return a wait to finish before the SDK
+# goes on (a refused request queueing for its next slot).
+ResponseObserver = Callable[[int, Mapping[str, str]], Awaitable[None] | None]
+RETRY_NOW_MS = "1"
+
+
+def _http_client(on_response: Callable[[Any], Any]) -> Any:
     """The SDK's aiohttp transport when installed (the `openai[aiohttp]` extra we depend
     on): httpcore's pool costs more CPU per request, which at high concurrency makes the
     client, not the server, the bottleneck (README, "Concurrency")."""
-    hooks = {"request": [_count_attempt]}
+    hooks: dict[str, list[Callable[[Any], Any]]] = {"request": [_count_attempt], "response": [on_response]}
     try:
         return openai.DefaultAioHttpClient(event_hooks=hooks)
     except RuntimeError:  # aiohttp is missing: httpx works, only slower
@@ -64,10 +71,40 @@ class OpenAIChatClient:
         self.max_retries = max_retries
         self._secret = api_key
         self._reached = False  # has the server answered a call yet (see _post_first)
-        http = _http_client()
+        self._observer: ResponseObserver | None = None
+        http = _http_client(self._on_response)
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
         )
+
+    @property
+    def sdk(self) -> openai.AsyncOpenAI:
+        """The SDK client, for the Batch API (llm/batch.py)."""
+        return self._client
+
+    def describe(self, exc: BaseException) -> str:
+        """One scrubbed line naming what went wrong, for callers outside `complete`."""
+        if isinstance(exc, openai.APIError):
+            return self._cause(exc)
+        return self._scrub(f"{type(exc).__name__}: {exc}")
+
+    def scrub(self, text: str) -> str:
+        return self._scrub(text)
+
+    def observe_responses(self, observer: ResponseObserver) -> None:
+        """Hand every HTTP response's status and headers (case-insensitive names) to
+        `observer`, the SDK's retried 429s included: what --geo-concurrency auto adapts to."""
+        self._observer = observer
+
+    async def _on_response(self, response: Any) -> None:
+        if self._observer is None:
+            return
+        wait = self._observer(response.status_code, response.headers)
+        if wait is not None:
+            await wait
+            # The observer waited out the server's Retry-After (for every request, not only
+            # this one): the SDK, which reads retry-after-ms first, need not sleep it again.
+            response.headers["retry-after-ms"] = RETRY_NOW_MS
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         attempts: list[int] = []

@@ -9,6 +9,8 @@ Costs are counted as each answer arrives, from the price of the request's model:
 `cost_nanousd` for answers a server gave, `saved_nanousd` for what cache hits would have
 cost. `unpriced_calls` counts answers whose model has no price; a role with any shows
 tokens only (llm/prices.py: never a guessed cost).
+`batch_calls` counts calls answered through the Batch API (--geo-batch), whose tokens are
+priced at the Batch API's discount.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelErro
 from pytest_geo.llm.prices import PRICES_DATE, Price, dollars, format_dollars
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
-          "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls")
+          "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",
+          "batch_calls")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -48,6 +51,8 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
     for role, c in sorted(usage.items()):
         line = (f"{role}: calls={c['calls']} cache_hits={c['cache_hits']} retries={c['retries']} "
                 f"errors={c['errors']} prompt_tokens={c['prompt_tokens']} completion_tokens={c['completion_tokens']}")
+        if c.get("batch_calls"):
+            line += f" batch_calls={c['batch_calls']}"
         if is_priced(c):
             line += f" cost={format_dollars(c.get('cost_nanousd', 0))}"
             if c["cache_hits"]:
@@ -122,7 +127,7 @@ class UsageClient:
             counts["errors"] += 1
             raise
         price = self.prices.get(request.model)
-        cost = price.nanodollars(response.prompt_tokens, response.completion_tokens) if price else 0
+        cost = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch) if price else 0
         if price is None:
             counts["unpriced_calls"] += 1
         if response.cached:
@@ -132,6 +137,7 @@ class UsageClient:
             counts["saved_nanousd"] += cost
         else:
             counts["retries"] += response.retries
+            counts["batch_calls"] += response.batch
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
             counts["cost_nanousd"] += cost

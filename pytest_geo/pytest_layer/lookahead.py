@@ -71,9 +71,13 @@ def worker_queue_lock(config: pytest.Config) -> QueueLock | None:
 class WorkerLookahead:
     def __init__(self, geo: GeoSession, items: list[pytest.Item], lock: QueueLock | None) -> None:
         self.geo = geo
-        self.budget = AHEAD * geo.settings.concurrency
         self.items = items
         self.lock = lock
+
+    @property
+    def budget(self) -> int:
+        """Read each time: under --geo-concurrency auto the row limit moves."""
+        return AHEAD * self.geo.row_limit()
 
     @classmethod
     def for_worker(cls, session: pytest.Session, geo: GeoSession) -> WorkerLookahead:

@@ -12,6 +12,7 @@ import pytest
 from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
     any_int,
+    concurrency,
     min_score,
     non_negative_int,
     positive_float,
@@ -25,6 +26,7 @@ from pytest_geo.options import (
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
@@ -43,7 +45,8 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "temperature": ("geo_temperature", "geo_temperature", temperature),
     "base_url": ("geo_base_url", "geo_base_url", str),
     "timeout": ("geo_timeout", "geo_timeout", positive_float),
-    "concurrency": ("geo_concurrency", "geo_concurrency", positive_int),
+    "concurrency": ("geo_concurrency", "geo_concurrency", concurrency),
+    "max_concurrency": ("geo_max_concurrency", "geo_max_concurrency", positive_int),
     "max_retries": ("geo_max_retries", "geo_max_retries", non_negative_int),
     "split": ("geo_split", "geo_split", split_mode),
     "repeats": ("geo_repeats", "geo_repeats", positive_int),
@@ -78,9 +81,18 @@ def add_options(parser: pytest.Parser) -> None:
                     help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL).")
     group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
                     help=f"timeout for each model call (ini: geo_timeout; default: {DEFAULT_TIMEOUT:g}).")
-    group.addoption("--geo-concurrency", type=positive_int, default=None, metavar="N",
+    group.addoption("--geo-concurrency", type=concurrency, default=None, metavar="N|auto",
                     help="most rows in flight at once; each makes at most 2 model calls at a time, so at "
-                         f"most 2N requests (ini: geo_concurrency; default: {DEFAULT_CONCURRENCY}).")
+                         f"most 2N requests; 'auto' (the default) starts at {DEFAULT_CONCURRENCY}, raises it "
+                         "while calls succeed and cuts it on 429s, Retry-After and the x-ratelimit-* "
+                         "headers (ini: geo_concurrency).")
+    group.addoption("--geo-max-concurrency", type=positive_int, default=None, metavar="N",
+                    help="upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; "
+                         f"default: {DEFAULT_MAX_CONCURRENCY}).")
+    group.addoption("--geo-batch", action="store_true", default=None,
+                    help="send the rows' model calls through the OpenAI Batch API (about half the price; "
+                         "rounds of one batch each, polled until done; answers land in the answer cache, and "
+                         "an interrupted run resumes its pending batches) (ini: geo_batch).")
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help=f"retries of a failed model call (ini: geo_max_retries; default: {DEFAULT_MAX_RETRIES}).")
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
@@ -140,8 +152,10 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_temperature", "sampling temperature", default="")
     parser.addini("geo_base_url", "OpenAI-compatible server URL", default="")
     parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
-    parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests)", default="")
+    parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests), or auto", default="")
+    parser.addini("geo_max_concurrency", "upper bound of geo_concurrency = auto, in rows", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
+    parser.addini("geo_batch", "model calls through the OpenAI Batch API", type="bool", default=False)
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")
     parser.addini("geo_max_error_rate", "most share of errored rows per suite (0 to 1)", default="")
@@ -179,6 +193,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given: dict[str, Any] = {name: _pick(config, *spec) for name, spec in VALUED.items()}
     given["mock"] = config.getoption("geo_mock")
     given["prompts_dir"] = prompts_dir(config)
+    batch = config.getoption("geo_batch")
+    given["batch"] = bool(config.getini("geo_batch") if batch is None else batch)
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
     given["prices"] = _prices(config)

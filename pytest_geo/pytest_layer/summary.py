@@ -12,6 +12,7 @@ import pytest
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
+from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.gates import gate_failures
 from pytest_geo.report.html import write_html_report
 from pytest_geo.report.json_report import build_report, write_json_atomic
@@ -65,6 +66,8 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
             terminalreporter.write_line(f"  {line}")
         if not settings_of(config).mock:  # the mock costs nothing
             terminalreporter.write_line(cost_line(results.usage))
+    if results.concurrency is not None:
+        terminalreporter.write_line(stats_line(results.concurrency))
     # Where the reports went, together after the metrics (the Evals: block stays last).
     written = [f"{kind} written to {path}" for flag, kind, path in
                (("--geo-report", "report", config.getoption("geo_report")),

@@ -38,6 +38,8 @@ def build_report(results: Results) -> dict[str, Any]:
         report["variants"] = [c.as_json() for c in comparisons]
     if results.metadata is not None:
         report["metadata"] = results.metadata
+    if results.concurrency is not None:
+        report["concurrency"] = results.concurrency
     if results.baseline is not None:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
                               "differences": results.baseline_differences}

@@ -110,6 +110,7 @@ class Results:
     records: list[RowRecord] = field(default_factory=list)
     min_scores: dict[str, float] = field(default_factory=dict)
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
+    concurrency: dict[str, Any] | None = None  # reached and 429s seen (engine/adaptive.py)
     metadata: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None

@@ -1,0 +1,253 @@
+"""`--geo-concurrency auto`: rows in flight follow what the provider accepts (AIMD).
+
+Providers limit requests per second and tokens per minute, not the client's CPU, and
+the limit is unknown in advance. So, as TCP does with a network's capacity:
+
+- slow start: from a modest START (16, the old fixed default), each successful call adds half a row (about doubling
+  the rows in flight per round trip) until the first sign of pressure;
+- then additive increase: about one row per round trip (1/limit per successful call);
+- calls taking twice as long as the fastest seen trim the limit by a tenth, once per
+  window, like a nearly spent budget: the server (or this machine's CPU) is queueing
+  them, and more rows in flight would only lengthen the queue;
+- a 429 halves the limit, once per window (the requests in flight when it was cut
+  carry no news about the new limit), and holds new requests back for the server's
+  `Retry-After` (`retry-after-ms`, else `retry-after`, else the `x-ratelimit-reset-*`
+  of the exhausted limit); the refused request itself gives its slot back and queues
+  for one again (`observe` returns that wait for the HTTP hook to await before the SDK
+  retries), so the SDK's retries cannot stampede the server all at once;
+- when the `x-ratelimit-limit/remaining/reset-requests` headers are there, they give the
+  rate the server refills (limit - remaining requests come back within the reset time);
+  by Little's law the requests worth keeping in flight are that rate times a call's
+  latency, so the request limiter is capped there (a provider's burst allowance would
+  otherwise let slow start overshoot far beyond the sustained rate);
+- a success whose `x-ratelimit-remaining-*` headers show the budget nearly spent (less
+  than the requests in flight, or under a tenth of the limit; tokens too) stops the
+  growth and trims the limit by a tenth, once per window: the client slows before it is
+  refused rather than after, which keeps 429s rare and the throughput near the allowed rate.
+
+Signals come from every HTTP response (`observe`, fed by the OpenAI client's response
+hook, retried 429s included) and from every finished call (`call_succeeded`, with its
+duration). A backend that shows no responses (the mock, a custom client) still grows to
+the maximum on success. Everything
+runs on the runner's one event loop, so no lock."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_geo.engine.limiter import Limiter
+from pytest_geo.settings import DEFAULT_CONCURRENCY
+
+START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
+SLOW_START_STEP = 1.0  # rows per successful call while no pressure was seen (x2.5 a round trip)
+SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
+CUT_ON_429 = 0.5
+TRIM_ON_PRESSURE = 0.9
+LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
+SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
+DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
+MAX_PAUSE = 60.0
+BATCH_ROWS = 1_000_000  # no bound: under --geo-batch a row waits for its round, not a slot
+REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """OpenAI's reset format ("20ms", "1s", "6m0s", "1h2m3.5s"), or plain seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _UNIT[u] for n, u in parts)
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait, as the SDK reads them (milliseconds first), else the reset time
+    of a limit whose remaining budget is zero."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                continue
+    resets = [
+        parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
+        for kind in ("requests", "tokens")
+        if headers.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0"
+    ]
+    known = [r for r in resets if r is not None]
+    return max(known) if known else None
+
+
+def refill_rate(headers: Mapping[str, str]) -> float | None:
+    """Requests per second the server gives back: (limit - remaining) within the reset
+    time ("the time until the rate limit resets to its initial state")."""
+    try:
+        limit = int(headers["x-ratelimit-limit-requests"])
+        remaining = int(headers["x-ratelimit-remaining-requests"])
+    except (KeyError, ValueError):
+        return None
+    reset = parse_duration(headers.get("x-ratelimit-reset-requests", ""))
+    if reset is None or reset <= 0 or remaining >= limit:
+        return None
+    return (limit - remaining) / reset
+
+
+def budget_low(headers: Mapping[str, str], requests_in_flight: int) -> bool:
+    """The `x-ratelimit-remaining-*` headers say the next round trip would hit the limit."""
+    for kind in ("requests", "tokens"):
+        try:
+            remaining = int(headers[f"x-ratelimit-remaining-{kind}"])
+            limit = int(headers[f"x-ratelimit-limit-{kind}"])
+        except (KeyError, ValueError):
+            continue
+        if remaining < LOW_BUDGET * limit or (kind == "requests" and remaining < requests_in_flight):
+            return True
+    return False
+
+
+@dataclass
+class ConcurrencyStats:
+    """What the summary and the JSON report show; plain data, crosses xdist processes."""
+
+    mode: str  # "auto", "fixed" or "batch"
+    limit: int  # the fixed limit, or auto's final one
+    reached: int  # the most rows allowed in flight at any time
+    rate_limited: int  # 429 answers seen (retried ones included)
+    maximum: int | None = None  # auto's upper bound
+
+    def as_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "limit": self.limit, "reached": self.reached,
+                "rate_limited": self.rate_limited, "maximum": self.maximum}
+
+
+class AdaptiveConcurrency:
+    """Turns the runner's row limiter and the client's request limiter together."""
+
+    def __init__(self, rows: Limiter, requests: Limiter, maximum: int, start: int = START) -> None:
+        self.rows = rows
+        self.requests = requests
+        self.maximum = max(1, maximum)
+        self.limit = float(min(start, self.maximum))
+        self.reached = int(self.limit)
+        self.rate_limited = 0
+        self.slow_start = True
+        self._answers = 0  # responses seen, the clock of the one-cut-per-window rule
+        self._window_end = 0
+        self._latency: float | None = None  # seconds per successful call, smoothed
+        self._fastest: float | None = None  # the lowest smoothed latency seen
+        self._rate: float | None = None  # requests per second the server refills, smoothed
+        self._apply()
+
+    @property
+    def request_cap(self) -> int | None:
+        """Requests worth keeping in flight at the server's refill rate (Little's law)."""
+        if self._rate is None or self._latency is None:
+            return None
+        return max(1, math.ceil(self._rate * self._latency - 1e-9))  # 10.000000001 is 10
+
+    def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
+        """One HTTP response (header names lower-case); for a 429, the wait for a slot
+        that the refused request should await before it is retried."""
+        self._answers += 1
+        if status == 429:
+            self.rate_limited += 1
+            pause = retry_after(headers)
+            pause = DEFAULT_PAUSE if pause is None else min(pause, MAX_PAUSE)
+            self.requests.pause_until(asyncio.get_running_loop().time() + pause)
+            self._cut(CUT_ON_429)
+            return self.requests.requeue()
+        if 200 <= status < 300:
+            rate = refill_rate(headers)
+            if rate is not None:
+                self._rate = _smooth(self._rate, rate)
+            if budget_low(headers, self.requests.in_use):
+                self._cut(TRIM_ON_PRESSURE)
+        return None
+
+    def call_succeeded(self, seconds: float) -> None:
+        """A model call came back after `seconds`: room to grow, unless the last window
+        saw pressure or the rows already fill the request cap."""
+        self._latency = _smooth(self._latency, seconds)
+        self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
+        cap = self.request_cap
+        if self._latency > SLOWER * self._fastest:
+            self._cut(TRIM_ON_PRESSURE)
+            return
+        if self._answers < self._window_end or (cap is not None and self.limit >= cap):
+            self._apply()  # the cap moves with the latency and the rate
+            return
+        step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
+        self.limit = min(float(self.maximum), self.limit + step)
+        self._apply()
+
+    def _cut(self, factor: float) -> None:
+        self.slow_start = False
+        if self._answers < self._window_end:
+            return  # this window was cut already
+        self.limit = max(1.0, self.limit * factor)
+        self._window_end = self._answers + self.requests.in_use
+        self._apply()
+
+    def _apply(self) -> None:
+        rows = int(self.limit)
+        self.reached = max(self.reached, rows)
+        self.rows.resize(rows)
+        cap = self.request_cap
+        self.requests.resize(REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap))
+
+    def stats(self) -> ConcurrencyStats:
+        return ConcurrencyStats("auto", int(self.limit), self.reached, self.rate_limited, self.maximum)
+
+
+def _smooth(average: float | None, sample: float) -> float:
+    return sample if average is None else (1 - SMOOTHING) * average + SMOOTHING * sample
+
+
+class FixedConcurrency:
+    """A fixed --geo-concurrency N: the limiters stay put; 429s are only counted."""
+
+    def __init__(self, rows: Limiter, requests: Limiter, limit: int, mode: str = "fixed") -> None:
+        self.limit = limit
+        self.mode = mode
+        rows.resize(limit)
+        requests.resize(REQUESTS_PER_ROW * limit)
+        self.rows = rows
+        self.requests = requests
+        self.rate_limited = 0
+
+    def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
+        if status == 429:
+            self.rate_limited += 1
+        return None
+
+    def call_succeeded(self, seconds: float) -> None:
+        pass
+
+    def stats(self) -> ConcurrencyStats:
+        return ConcurrencyStats(self.mode, self.limit, self.limit, self.rate_limited)
+
+
+Controller = AdaptiveConcurrency | FixedConcurrency
+
+
+def controller_for(fixed: int | None, maximum: int, batch: bool = False) -> Controller:
+    """The run's row and request limiters, under the controller --geo-concurrency asks
+    for: a number fixes them, None (auto) adapts them; under --geo-batch every row runs
+    at once, since a round holds every row that can ask."""
+    if batch:
+        return FixedConcurrency(Limiter(BATCH_ROWS), Limiter(BATCH_ROWS), BATCH_ROWS, mode="batch")
+    if fixed is None:
+        return AdaptiveConcurrency(Limiter(START), Limiter(REQUESTS_PER_ROW * START), maximum)
+    return FixedConcurrency(Limiter(fixed), Limiter(REQUESTS_PER_ROW * fixed), fixed)

@@ -1,0 +1,99 @@
+"""A resizable semaphore with a pause: what the adaptive concurrency controller turns.
+
+`asyncio.Semaphore` has a fixed size. Here the limit can move while holders are inside
+(lowering it only makes newcomers wait until enough holders left) and new entries can be
+held back until a time (a server's `Retry-After`). Waiters enter first come, first served,
+so rows still start in submission order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from types import TracebackType
+
+
+class Limiter:
+    def __init__(self, limit: int) -> None:
+        self._limit = max(1, limit)
+        self.in_use = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._paused_until = 0.0
+        self._wake_scheduled: asyncio.TimerHandle | None = None
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def resize(self, limit: int) -> None:
+        self._limit = max(1, limit)
+        self._wake()
+
+    def pause_until(self, when: float) -> None:
+        """No new entry before `when` (the running loop's clock); holders are not touched."""
+        self._paused_until = max(self._paused_until, when)
+
+    def paused_until(self) -> float:
+        return self._paused_until
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self._waiters and self.in_use < self._limit and self._paused_until <= loop.time():
+            self.in_use += 1
+            return
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        self._wake()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # granted just as we were cancelled: hand the slot on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    async def requeue(self) -> None:
+        """Give a held slot back and queue for one again, behind the pause and the
+        waiters: a request the server refused waits its turn instead of retrying past
+        everyone. The caller still holds a slot afterwards (also when cancelled meanwhile,
+        so its own release stays balanced)."""
+        self.release()
+        try:
+            await self.acquire()
+        except asyncio.CancelledError:
+            self.in_use += 1  # re-counted for the caller's own release
+            raise
+
+    def release(self) -> None:
+        self.in_use -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """Grant slots to waiters in order while there is room and no pause."""
+        if not self._waiters:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._paused_until > now:
+            if self._wake_scheduled is None or self._wake_scheduled.when() < self._paused_until:
+                if self._wake_scheduled is not None:
+                    self._wake_scheduled.cancel()
+                self._wake_scheduled = loop.call_at(self._paused_until, self._timer_wake)
+            return
+        while self._waiters and self.in_use < self._limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_use += 1
+                waiter.set_result(None)
+
+    def _timer_wake(self) -> None:
+        self._wake_scheduled = None
+        self._wake()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.release()

@@ -1,0 +1,254 @@
+"""`--geo-batch`: the rows' model calls go through the OpenAI Batch API (about half the
+token price, answers within the provider's completion window).
+
+A client wrapper, so the engine does not change: every `complete()` joins the current
+round and awaits its own future. A round closes when no new call has come for `window`
+seconds (the rows in flight have all asked what they can ask before hearing back: for
+a GEO row, rank_before and the rewrite; once those answers are in, rank_after forms the
+next round). A round becomes one JSONL file (`files.create`), one batch
+(`batches.create` on /v1/chat/completions), polled with a growing interval and a status
+line whenever it changes, and its output and error files (`files.content`).
+
+Each line's custom_id is the answer cache's key (`cache_key`), so the answers land in
+the cache (the CachedClient above stores what `complete` returns) under the same keys as
+ordinary calls, and a rerun replays them without a request. Which batch holds which keys
+is written to `<cache dir>/batches/<batch id>.json` before polling starts and removed
+once the batch's answers are handed out: a run interrupted while a batch is pending
+finds it there and waits for that batch instead of paying for the same requests twice.
+
+A line that failed (an error line, a non-200 response, no line at all, a batch that
+failed, expired or was cancelled before answering it) fails that call with a
+ModelError, which becomes its row's `error: ...`; the other rows still score."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_geo.data.files import write_text_atomic
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.cache import cache_key
+
+# Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
+# procedures ("procedure") are called one item at a time, so a round would hold one
+# call and each item would wait for a whole batch: they go as ordinary calls.
+BATCH_ROLES = frozenset({"ranker", "rewriter"})
+ENDPOINT = "/v1/chat/completions"
+COMPLETION_WINDOW = "24h"
+ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+STATE_DIR = "batches"
+
+
+def print_status(line: str) -> None:
+    """Batch progress on the real stderr: pytest's capture must not swallow it, since a
+    batch can take hours."""
+    stream = sys.__stderr__ or sys.stderr
+    print(f"pytest-geo: {line}", file=stream, flush=True)
+
+
+@dataclass
+class PollPolicy:
+    """Polls start quick (small batches finish in seconds) and back off to once a minute."""
+
+    first: float = 0.5
+    factor: float = 1.5
+    longest: float = 60.0
+
+
+@dataclass
+class _Call:
+    request: ChatRequest
+    futures: list[asyncio.Future[ChatResponse]] = field(default_factory=list)
+
+
+Outcome = ChatResponse | str  # an answer, or why there is none
+
+
+class BatchClient:
+    """Wraps the OpenAI client (`OpenAIChatClient`): its SDK sends the batch requests."""
+
+    def __init__(self, backend: Any, state_dir: Path | None, window: float = 0.2,
+                 poll: PollPolicy | None = None, status: Callable[[str], None] = print_status) -> None:
+        self.backend = backend
+        self.base_url: str = backend.base_url
+        self.sdk: Any = backend.sdk
+        self.state_dir = state_dir
+        self.window = window
+        self.poll = poll or PollPolicy()
+        self.status = status
+        self.batches: list[str] = []  # ids of the batches this client waited for
+        self._round: dict[str, _Call] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.role not in BATCH_ROLES:
+            response: ChatResponse = await self.backend.complete(request)
+            return response
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ChatResponse] = loop.create_future()
+        self._round.setdefault(cache_key(self.base_url, request), _Call(request)).futures.append(future)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(self.window, self._close_round)
+        return await future
+
+    def _close_round(self) -> None:
+        self._timer = None
+        calls, self._round = self._round, {}
+        task = asyncio.get_running_loop().create_task(self._run_round(calls))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_round(self, calls: dict[str, _Call]) -> None:
+        outcomes: dict[str, Outcome] = {}
+        try:
+            waits = []
+            left = dict(calls)
+            for batch_id, keys in self._pending_batches():
+                mine = [key for key in keys if key in left]
+                if mine:
+                    self.status(f"batch {batch_id}: resuming ({len(mine)} of this round's requests)")
+                    waits.append(self._collect(batch_id, mine))
+                    for key in mine:
+                        del left[key]
+            if left:
+                batch_id = await self._submit(left)
+                waits.append(self._collect(batch_id, list(left)))
+            for found in await asyncio.gather(*waits):
+                outcomes.update(found)
+        except Exception as exc:  # the batch machinery failed: every call of the round fails with why
+            reason = self.backend.describe(exc)
+            outcomes = {key: f"batch request failed: {reason}" for key in calls if key not in outcomes}
+        for key, call in calls.items():
+            outcome = outcomes.get(key, "no result in the batch")
+            for future in call.futures:
+                if future.done():
+                    continue
+                if isinstance(outcome, ChatResponse):
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(ModelError(f"{call.request.role} model call failed: {outcome}"))
+
+    async def _submit(self, calls: dict[str, _Call]) -> str:
+        lines = "".join(
+            json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT,
+                        "body": {"model": call.request.model, "messages": [dict(m) for m in call.request.messages],
+                                 "temperature": call.request.temperature}}, ensure_ascii=False) + "\n"
+            for key, call in calls.items()
+        )
+        uploaded = await self.sdk.files.create(file=("pytest-geo-batch.jsonl", lines.encode("utf-8")), purpose="batch")
+        batch = await self.sdk.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
+                                              completion_window=COMPLETION_WINDOW)
+        self._remember(batch.id, list(calls))
+        self.status(f"batch {batch.id}: submitted {len(calls)} requests")
+        return str(batch.id)
+
+    async def _collect(self, batch_id: str, keys: list[str]) -> dict[str, Outcome]:
+        """Poll until the batch ends, then read its answers for `keys`."""
+        self.batches.append(batch_id)
+        delay, shown = self.poll.first, ""
+        while True:
+            batch = await self.sdk.batches.retrieve(batch_id)
+            counts = getattr(batch, "request_counts", None)
+            line = f"batch {batch_id}: {batch.status}"
+            if counts is not None:
+                line += f" ({counts.completed} of {counts.total} done, {counts.failed} failed)"
+            if line != shown:
+                self.status(line)
+                shown = line
+            if batch.status in ENDED:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * self.poll.factor, self.poll.longest)
+        found: dict[str, Outcome] = {}
+        for file_id in (batch.error_file_id, batch.output_file_id):
+            if file_id:
+                found.update(self._parse(await self._read(file_id), batch_id))
+        if batch.status != "completed":
+            for key in keys:
+                found.setdefault(key, f"batch {batch_id} {batch.status} before answering")
+        self._forget(batch_id)
+        return {key: found.get(key, f"no result in batch {batch_id}") for key in keys}
+
+    async def _read(self, file_id: str) -> str:
+        content = await self.sdk.files.content(file_id)
+        text: str = content.text
+        return text
+
+    def _parse(self, text: str, batch_id: str) -> dict[str, Outcome]:
+        scrub: Callable[[str], str] = self.backend.scrub
+        found: dict[str, Outcome] = {}
+        for raw in text.splitlines():
+            try:
+                line = json.loads(raw)
+                key = line["custom_id"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            found[key] = _outcome(line, batch_id, scrub)
+        return found
+
+    # Batch ids on disk, so an interrupted run resumes instead of paying twice.
+
+    def _state(self, batch_id: str) -> Path | None:
+        return self.state_dir / STATE_DIR / f"{batch_id}.json" if self.state_dir is not None else None
+
+    def _remember(self, batch_id: str, keys: list[str]) -> None:
+        path = self._state(batch_id)
+        if path is not None:
+            try:
+                write_text_atomic(path, json.dumps({"batch_id": batch_id, "base_url_keys": keys}))
+            except OSError:  # best effort, like the cache: only a resume is lost
+                pass
+
+    def _forget(self, batch_id: str) -> None:
+        path = self._state(batch_id)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _pending_batches(self) -> list[tuple[str, list[str]]]:
+        if self.state_dir is None:
+            return []
+        pending = []
+        for path in sorted((self.state_dir / STATE_DIR).glob("*.json")):
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                batch_id, keys = entry["batch_id"], entry["base_url_keys"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if isinstance(batch_id, str) and isinstance(keys, list) and path.stem == batch_id:
+                pending.append((batch_id, [k for k in keys if isinstance(k, str)]))
+        return pending
+
+    async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await self.backend.aclose()
+
+
+def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str]) -> Outcome:
+    """One output or error line: the answer, or why there is none."""
+    error = line.get("error")
+    response = line.get("response") or {}
+    if error:
+        message = error.get("message") if isinstance(error, dict) else str(error)
+        return f"batch {batch_id}: line failed ({scrub(str(message))})"
+    status = response.get("status_code")
+    body = response.get("body") or {}
+    if status != 200:
+        detail = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else None
+        return f"batch {batch_id}: HTTP {status}" + (f" ({scrub(str(detail))})" if detail else "")
+    try:
+        text = body["choices"][0]["message"]["content"] or ""
+    except (KeyError, IndexError, TypeError):
+        return f"batch {batch_id}: answer without a message"
+    usage = body.get("usage") or {}
+    return ChatResponse(text=str(text), prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                        completion_tokens=int(usage.get("completion_tokens") or 0), batch=True)

@@ -1,0 +1,33 @@
+"""The concurrency figures in the summary and the JSON report: plain data from
+`engine.adaptive.ConcurrencyStats.as_json`, merged across xdist workers. Apart from the
+engine, so the plugin's end of run never imports asyncio for them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def merge_stats(total: dict[str, Any] | None, other: Mapping[str, Any]) -> dict[str, Any]:
+    """Add one process's stats to the run's: xdist workers each run their own controller
+    at the same time, so limits, bounds and 429s add up."""
+    if total is None:
+        return dict(other)
+    merged = dict(total)
+    for name in ("limit", "reached", "rate_limited"):
+        merged[name] = int(total.get(name) or 0) + int(other.get(name) or 0)
+    if total.get("maximum") is not None and other.get("maximum") is not None:
+        merged["maximum"] = int(total["maximum"]) + int(other["maximum"])
+    return merged
+
+
+def stats_line(stats: Mapping[str, Any]) -> str:
+    """The terminal summary's line."""
+    if stats.get("mode") == "auto":
+        shape = (f"auto, reached {stats['reached']} rows in flight (bound {stats.get('maximum')}), "
+                 f"ended at {stats['limit']}")
+    elif stats.get("mode") == "batch":
+        shape = "batch (every row in its round)"
+    else:
+        shape = f"fixed at {stats['limit']} rows in flight"
+    return f"concurrency: {shape}; 429 answers seen: {stats['rate_limited']}"

@@ -1,0 +1,261 @@
+"""--geo-concurrency auto: the resizable limiter, the AIMD controller's rules, and the
+plugin adapting to the loopback server's rate-limit mode (real SDK, real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI, RateLimit
+
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from pytest_geo.cli import main
+from pytest_geo.engine.adaptive import (
+    CUT_ON_429,
+    START,
+    TRIM_ON_PRESSURE,
+    AdaptiveConcurrency,
+    parse_duration,
+    refill_rate,
+    retry_after,
+)
+from pytest_geo.engine.limiter import Limiter
+from pytest_geo.report.concurrency import merge_stats
+from pytest_geo.settings import build_settings
+
+
+def test_limiter_shrinks_for_newcomers_and_keeps_order() -> None:
+    async def scenario() -> list[str]:
+        limiter = Limiter(2)
+        entered: list[str] = []
+        await limiter.acquire()
+        await limiter.acquire()
+        limiter.resize(1)  # two holders, limit one: newcomers wait until both left
+
+        async def enter(name: str) -> None:
+            async with limiter:
+                entered.append(name)
+                await asyncio.sleep(0)
+
+        waiting = [asyncio.create_task(enter(n)) for n in ("a", "b")]
+        await asyncio.sleep(0.01)
+        limiter.release()
+        await asyncio.sleep(0.01)
+        assert entered == []  # one holder left, still at the limit of one
+        limiter.release()
+        await asyncio.gather(*waiting)
+        assert limiter.in_use == 0
+        return entered
+
+    assert asyncio.run(scenario()) == ["a", "b"]
+
+
+def test_limiter_pause_holds_new_entries_until_its_time() -> None:
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        limiter = Limiter(5)
+        limiter.pause_until(loop.time() + 0.2)
+        start = loop.time()
+        async with limiter:
+            return loop.time() - start
+
+    assert asyncio.run(scenario()) >= 0.19
+
+
+def test_limiter_cancelled_waiter_gives_back_nothing_it_did_not_take() -> None:
+    async def scenario() -> int:
+        limiter = Limiter(1)
+        await limiter.acquire()
+        waiter = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        limiter.release()
+        await asyncio.wait_for(limiter.acquire(), 1)  # the slot is free again
+        return limiter.in_use
+
+    assert asyncio.run(scenario()) == 1
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("20ms", 0.02), ("1s", 1.0), ("6m0s", 360.0), ("1.5", 1.5),
+                                                ("1h2m3.5s", 3723.5), ("soon", None), ("", None)])
+def test_parse_duration_reads_openai_reset_format(text: str, seconds: float | None) -> None:
+    assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_retry_after_prefers_milliseconds_then_seconds_then_an_exhausted_limit_reset() -> None:
+    assert retry_after({"retry-after-ms": "250", "retry-after": "3"}) == pytest.approx(0.25)
+    assert retry_after({"retry-after": "3"}) == 3.0
+    assert retry_after({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s",
+                        "x-ratelimit-remaining-tokens": "900", "x-ratelimit-reset-tokens": "9s"}) == 1.5
+    assert retry_after({}) is None
+    assert refill_rate({"x-ratelimit-limit-requests": "200", "x-ratelimit-remaining-requests": "180",
+                        "x-ratelimit-reset-requests": "100ms"}) == pytest.approx(200.0)
+
+
+def _controller(maximum: int = 256) -> AdaptiveConcurrency:
+    return AdaptiveConcurrency(Limiter(1), Limiter(1), maximum)
+
+
+def test_auto_grows_while_calls_succeed_up_to_its_bound() -> None:
+    async def scenario() -> AdaptiveConcurrency:
+        controller = _controller(maximum=40)
+        for _ in range(100):
+            controller.observe(200, {})
+            controller.call_succeeded(0.1)
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.limit == 40 and controller.reached == 40
+    assert controller.rows.limit == 40 and controller.requests.limit == 80
+
+
+def test_a_429_cuts_once_per_window_and_holds_requests_for_retry_after() -> None:
+    async def scenario() -> tuple[AdaptiveConcurrency, float, float]:
+        controller = _controller()
+        for _ in range(20):
+            controller.call_succeeded(0.1)
+        grown = controller.limit
+        for _ in range(3):  # requests held so the window is several answers long
+            await controller.requests.acquire()
+        now = asyncio.get_running_loop().time()
+        waits = [controller.observe(429, {"retry-after-ms": "700"}),
+                 controller.observe(429, {"retry-after": "1"})]  # same window: counted, no second cut
+        # Each refused request queues for its next slot behind the pause.
+        queued = [asyncio.ensure_future(w) for w in waits if w is not None]
+        assert len(queued) == 2
+        await asyncio.sleep(0.2)
+        assert not any(q.done() for q in queued)
+        for q in queued:
+            q.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        assert controller.requests.in_use == 3  # cancelled while queued: still theirs to release
+        return controller, grown, controller.requests.paused_until() - now
+
+    controller, grown, pause = asyncio.run(scenario())
+    assert grown > START
+    assert controller.limit == pytest.approx(grown * CUT_ON_429)
+    assert controller.rate_limited == 2
+    assert 0.95 <= pause <= 1.05  # the later, longer Retry-After wins
+    assert not controller.slow_start
+
+
+def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate() -> None:
+    headers = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "5",
+               "x-ratelimit-reset-requests": "950ms"}
+
+    async def scenario() -> AdaptiveConcurrency:
+        controller = _controller()
+        controller.observe(200, headers)
+        for _ in range(50):
+            controller.call_succeeded(0.1)
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.rate_limited == 0 and not controller.slow_start
+    # 95 requests refill in 0.95 s: 100/s at 0.1 s a call keeps 10 requests busy
+    assert controller.request_cap == 10
+    assert controller.requests.limit <= 10
+    assert controller.limit == pytest.approx(START * TRIM_ON_PRESSURE)  # trimmed once, then no growth
+
+
+def test_auto_parses_as_a_setting() -> None:
+    settings = build_settings({"concurrency": "auto", "max_concurrency": 32})
+    assert settings.concurrency is None and settings.max_concurrency == 32
+    assert build_settings({}).concurrency is None  # auto is the default
+    assert build_settings({"concurrency": 4}).concurrency == 4
+
+
+def test_stats_from_workers_add_up() -> None:
+    one = {"mode": "auto", "limit": 10, "reached": 20, "rate_limited": 3, "maximum": 256}
+    assert merge_stats(merge_stats(None, one), one) == {"mode": "auto", "limit": 20, "reached": 40,
+                                                        "rate_limited": 6, "maximum": 512}
+
+
+def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: GeoProject) -> None:
+    """At most 4 requests in flight, beyond that a 429 with `Retry-After: 1` and nothing
+    else: auto starts above the limit, is refused, cuts, waits out the Retry-After and
+    finishes every row; the summary and the report say what it reached and saw."""
+    server = served_project.server
+    server.latency = 0.05
+    server.rate_limit = RateLimit(rate=10_000, max_in_flight=4, headers="retry-after")
+    dataset = served_project.dataset(16)
+    result = served_project.run(str(dataset), "--geo-concurrency", "auto", "--geo-no-cache",
+                                "--geo-report", "report.json")
+    result.assert_outcomes(passed=16)
+    refused = server.rate_limit.refused
+    assert refused > 0
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    stats = report["concurrency"]
+    assert stats["mode"] == "auto" and stats["rate_limited"] == refused  # every 429 was seen
+    assert stats["limit"] < START  # cut below where it started
+    result.stdout.fnmatch_lines([f"concurrency: auto, reached {stats['reached']} rows in flight (bound 256), "
+                                 f"ended at {stats['limit']}; 429 answers seen: {refused}"])
+    # Retry-After honoured: after the first refusal, the server heard nothing for most of a second.
+    times = sorted(r["at"] for r in server.requests if r["at"] >= server.refused_at[0])
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert max(gaps) >= 0.8
+
+
+def test_auto_with_openai_headers_stays_under_the_rate_without_429s(served_project: GeoProject) -> None:
+    """100 requests/s with the real API's headers: the refill rate caps the requests in
+    flight before the bucket runs dry, so (almost) nothing is refused."""
+    server = served_project.server
+    server.latency = 0.02
+    server.rate_limit = RateLimit(rate=100, max_in_flight=1000)
+    dataset = served_project.dataset(60)
+    served_project.run(str(dataset), "--geo-concurrency", "auto", "--geo-no-cache").assert_outcomes(passed=60)
+    assert server.rate_limit.refused <= 0.05 * len(server.requests)
+
+
+def test_fixed_concurrency_reports_429s_too(served_project: GeoProject) -> None:
+    server = served_project.server
+    server.fail_next("429")
+    result = served_project.run(str(served_project.dataset(2)), "--geo-concurrency", "3", "--geo-no-cache",
+                                "--geo-report", "report.json")
+    result.assert_outcomes(passed=2)
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    assert report["concurrency"] == {"mode": "fixed", "limit": 3, "reached": 3, "rate_limited": 1, "maximum": None}
+
+
+def test_bad_concurrency_value_names_auto(geo_project: pytest.Pytester) -> None:
+    result = geo_project.runpytest("--geo-concurrency", "lots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-concurrency*'lots' is neither a whole number nor 'auto'*"])
+
+
+def test_auto_is_the_default(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "report.json")
+    result.assert_outcomes(passed=2)
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 256
+    result.stdout.fnmatch_lines(["concurrency: auto, reached * rows in flight (bound 256), ended at *"])
+
+
+def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
+    served_project.pytester.makeini("[pytest]\ngeo_concurrency = auto\ngeo_max_concurrency = 5\n")
+    result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "report.json")
+    result.assert_outcomes(passed=3)
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 5
+    assert report["concurrency"]["reached"] <= 5
+
+
+def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(6)), encoding="utf-8")
+    fake_openai.latency = 0.05
+    fake_openai.rate_limit = RateLimit(rate=10_000, max_in_flight=3)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--no-cache", "--concurrency", "auto", "--max-concurrency", "8"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    refused = fake_openai.rate_limit.refused
+    assert refused > 0
+    assert "concurrency: auto, reached 8 rows in flight (bound 8)" in err
+    assert f"429 answers seen: {refused}" in err
