@@ -98,7 +98,8 @@ class GeoSession:
         return {v.name: v.prompts(self.prompts) for v in load_variants(self.settings.variants)}
 
     def schedule(self, row: GeoRow) -> concurrent.futures.Future[Outcome]:
-        return self.schedule_many([row])[0]
+        future = self._futures.get(row.key)
+        return future if future is not None else self.schedule_many([row])[0]
 
     def schedule_many(self, rows: Iterable[GeoRow]) -> list[concurrent.futures.Future[Outcome]]:
         """Schedule rows not yet scheduled, with one hand-over to the runner's loop."""

@@ -85,6 +85,8 @@ class ProgressDisplay:
     def wait(self, future: concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
         """Wait for `future`, showing `text()` while it holds the caller back; the line
         is erased before this returns (also on Ctrl-C)."""
+        if future.done():  # the common case once rows run ahead: nothing to show, no waiter to build
+            return
         try:
             while not concurrent.futures.wait([future], timeout=TICK).done:
                 self._show(text)
