@@ -23,44 +23,25 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PROMPTS, fake_server, kettle_rows  # the same rows as bench_concurrency.py
 
-from bench_concurrency import rows  # noqa: E402 - the same rows as the fixed benchmark
+from pytest_geo.data.dataset import GeoRow
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.settings import Settings
 
-from pytest_geo.data.dataset import GeoRow  # noqa: E402
-from pytest_geo.engine.session import GeoSession  # noqa: E402
-from pytest_geo.settings import Settings  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 CALLS_PER_ROW = 3
-
-
-@contextmanager
-def server(latency: float, limits: list[str]) -> Iterator[str]:
-    process = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(latency),
-                                *limits], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        yield f"http://127.0.0.1:{process.stdout.readline().strip()}/v1"
-    finally:
-        process.terminate()
-        process.wait()
 
 
 def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, dict[str, Any], dict[str, Any]]:
     """(wall seconds, the session's concurrency stats, the server's stats)."""
     fixed = None if concurrency == "auto" else int(concurrency)
-    session = GeoSession(Settings(prompts_dir=REPO / "prompts", base_url=url, use_cache=False, concurrency=fixed))
+    session = GeoSession(Settings(prompts_dir=PROMPTS, base_url=url, use_cache=False, concurrency=fixed))
     try:
         start = time.perf_counter()
         outcomes = session.evaluate(batch)
@@ -88,7 +69,7 @@ def main() -> None:
     os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     limits = ["--rate", str(args.rate), "--max-in-flight", str(args.max_in_flight)]
     with tempfile.TemporaryDirectory() as tmp:
-        batch = rows(args.calls // CALLS_PER_ROW, Path(tmp))
+        batch = kettle_rows(args.calls // CALLS_PER_ROW, Path(tmp))
         calls = len(batch) * CALLS_PER_ROW
         print(f"rate-limited server: R={args.rate:g}/s C={args.max_in_flight} L={args.latency:g}s, "
               f"{len(batch)} rows = {calls} calls (ideal wall {calls / args.rate:.2f}s at R; the bucket's "
@@ -97,7 +78,7 @@ def main() -> None:
             ("auto", limits, ""), (args.fixed, limits, ""),
             ("auto", [*limits, "--rate-headers", "retry-after"], " (server sends only Retry-After)")]
         for concurrency, server_limits, note in runs:
-            with server(args.latency, server_limits) as url:
+            with fake_server(args.latency, *server_limits) as url:
                 run(url, batch[:4], 4)  # warm up imports and connections (inside the bucket's burst)
                 wall, stats, served = run(url, batch, concurrency)
             throughput = calls / wall
@@ -111,7 +92,7 @@ def main() -> None:
         walls: dict[str, list[float]] = {"64": [], "auto": []}
         for _ in range(args.repeat):  # alternated, so a busy spell of a shared machine hits both
             for concurrency in (64, "auto"):
-                with server(args.latency, []) as url:
+                with fake_server(args.latency) as url:
                     run(url, unlimited[:8], 8)
                     wall, stats, _ = run(url, unlimited, concurrency)
                 walls[str(concurrency)].append(wall)

@@ -24,24 +24,18 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PROMPTS, fake_server, kettle_rows
 
-from bench_concurrency import rows  # noqa: E402
-
-from pytest_geo.data.dataset import GeoRow  # noqa: E402
-from pytest_geo.engine.session import GeoSession  # noqa: E402
-from pytest_geo.llm.base import ChatRequest, ChatResponse  # noqa: E402
-from pytest_geo.llm.openai_client import OpenAIChatClient  # noqa: E402
-from pytest_geo.settings import Settings  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+from pytest_geo.data.dataset import GeoRow
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.openai_client import OpenAIChatClient
+from pytest_geo.settings import Settings
 
 
 def _key(request: ChatRequest) -> str:
@@ -119,17 +113,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each, alternated; the medians count")
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(args.latency)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
-            batch = rows(args.rows, Path(tmp))
+            batch = kettle_rows(args.rows, Path(tmp))
             sent = Recording(OpenAIChatClient(api_key="bench-dummy", base_url=url))
 
             def settings(n: int) -> Settings:  # a fresh cache directory each run: every call writes
-                return Settings(prompts_dir=REPO / "prompts", base_url=url, concurrency=args.concurrency,
+                return Settings(prompts_dir=PROMPTS, base_url=url, concurrency=args.concurrency,
                                 cache_dir=Path(tmp) / f"cache{n}")
 
             engine(settings(0), sent, batch)  # warm-up, and the requests and answers to replay
@@ -150,9 +140,6 @@ def main() -> None:
         print(f"  ours  (pytest-geo alone):    {per_call['ours']:.0f} us "
               f"(whole - sdk = {per_call['whole'] - per_call['sdk']:.0f} us)")
         print(f"  ours / sdk: {per_call['ours'] / per_call['sdk']:.2f} (target <= 1.00)")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

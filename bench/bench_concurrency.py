@@ -17,34 +17,20 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from pytest_geo.data.dataset import GeoRow, iter_dataset
+from common import PROMPTS, fake_server, kettle_rows
+
+from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.settings import Settings
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def rows(n: int, directory: Path) -> list[GeoRow]:
-    path = directory / "bench.jsonl"
-    with path.open("w", encoding="utf-8") as handle:
-        for i in range(n):
-            handle.write(json.dumps({
-                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
-                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                               {"id": f"b{i}", "title": "Kettle", "description": "a kettle"},
-                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
-    return [r for r in iter_dataset(path, 0) if isinstance(r, GeoRow)]
-
 
 def run(url: str, batch: list[GeoRow], concurrency: int) -> float:
-    settings = Settings(prompts_dir=REPO / "pytest_geo" / "prompts", base_url=url, concurrency=concurrency, use_cache=False)
+    settings = Settings(prompts_dir=PROMPTS, base_url=url, concurrency=concurrency, use_cache=False)
     session = GeoSession(settings)
     try:
         start = time.perf_counter()
@@ -67,13 +53,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="concurrent runs; the median counts")
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(args.latency)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
-            batch = rows(args.rows, Path(tmp))
+            batch = kettle_rows(args.rows, Path(tmp))
             n, c, latency = args.rows, args.concurrency, args.latency
             run(url, batch[: min(8, n)], c)  # warm up imports and connections
             walls = sorted(run(url, batch, c) for _ in range(args.repeat))
@@ -91,9 +73,6 @@ def main() -> None:
             print(f"N={m} L={latency:g}s C=1: wall {sequential:.2f}s, ideal {ideal_seq:.2f}s, "
                   f"ratio {sequential / ideal_seq:.2f}x; scaled to N={n}: {sequential * n / m:.1f}s")
             print(f"speed-up at C={c}: {sequential * n / m / concurrent:.1f}x")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from common import PROMPTS
 
-from pytest_geo.report.html import render_html  # noqa: E402
-from pytest_geo.report.viewer_data import script_json, viewer_data  # noqa: E402
+from pytest_geo.report.html import render_html
+from pytest_geo.report.viewer_data import script_json, viewer_data
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
@@ -46,7 +45,7 @@ def write_rows(path: Path, n: int, candidates: int) -> None:
 
 
 def run_plugin(directory: Path, n: int, candidates: int) -> dict[str, Any]:
-    shutil.copytree(REPO / "prompts", directory / "prompts", ignore=shutil.ignore_patterns("*.candidate.txt", "*.json"))
+    shutil.copytree(PROMPTS, directory / "prompts", ignore=shutil.ignore_patterns("*.candidate.txt", "*.json"))
     (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     write_rows(directory / "rows.jsonl", n, candidates)
     start = time.perf_counter()

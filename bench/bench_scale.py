@@ -24,7 +24,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from common import PROMPTS
 
 BARE_CONFTEST = textwrap.dedent('''
     import json
@@ -123,7 +123,7 @@ def main() -> int:
             (d / "pytest.ini").write_text("[pytest]\n")
             write_rows(d / "rows.jsonl", args.rows)
         for name in ("noop", "mock"):
-            shutil.copytree(REPO / "pytest_geo" / "prompts", dirs[name] / "prompts")
+            shutil.copytree(PROMPTS, dirs[name] / "prompts")
         (dirs["bare"] / "conftest.py").write_text(BARE_CONFTEST)
         (dirs["noop"] / "conftest.py").write_text(NOOP_CONFTEST)
         command = {

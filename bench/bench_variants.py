@@ -16,32 +16,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from pytest_geo.data.dataset import GeoRow, iter_dataset
+from common import PROMPTS, fake_server, kettle_rows
+
+from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.settings import Settings
-
-REPO = Path(__file__).resolve().parent.parent
-PROMPTS = REPO / "pytest_geo" / "prompts"
-
-
-def dataset(n: int, directory: Path) -> list[GeoRow]:
-    path = directory / "bench.jsonl"
-    with path.open("w", encoding="utf-8") as handle:
-        for i in range(n):
-            handle.write(json.dumps({
-                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
-                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                               {"id": f"b{i}", "title": "Kettle", "description": "a kettle"},
-                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
-    return [r for r in iter_dataset(path, 0) if isinstance(r, GeoRow)]
 
 
 def strategies(v: int, directory: Path) -> dict[str, Path]:
@@ -89,13 +74,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each way; the median wall counts")
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(args.latency)],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = f"http://127.0.0.1:{server.stdout.readline().strip()}/v1"
+    with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
-            rows = dataset(args.rows, Path(tmp))
+            rows = kettle_rows(args.rows, Path(tmp))
             templates = strategies(max(args.variants), Path(tmp))
             run(url, rows[:8], {"s0": templates["s0"]}, args.concurrency)  # warm up imports and connections
             print(f"N={args.rows} rows, L={args.latency:g}s per call, C={args.concurrency} rows in flight, no cache")
@@ -111,9 +92,6 @@ def main() -> None:
                 print(f"V={v}: one run {one_calls} calls ({one_calls / args.rows:.0f}/row) {one_wall:.2f}s | "
                       f"{v} separate runs {sep_calls} calls ({sep_calls / args.rows:.0f}/row) {sep_wall:.2f}s | "
                       f"calls {one_calls / sep_calls:.2f}x, wall {one_wall / sep_wall:.2f}x")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from common import PROMPTS, fake_server, write_kettle_dataset
+
 WORKERS = 2
 PLUGIN = "geo_bench_nextitem_only"
 RECORD_ENV = "GEO_BENCH_RECORD_DIR"
@@ -106,28 +107,6 @@ _patch()
 '''
 
 
-def dataset(n: int, path: Path) -> None:
-    """Rows the fake server answers so they pass (the shape of bench_concurrency.py's)."""
-    with path.open("w", encoding="utf-8") as handle:
-        for i in range(n):
-            handle.write(json.dumps({
-                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
-                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                               {"id": f"b{i}", "title": "Kettle", "description": "a kettle"},
-                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
-
-
-def start_server(latency: float) -> tuple[subprocess.Popen[str], str]:
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), "--latency", str(latency)],
-                              stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None
-    port = server.stdout.readline().strip()
-    if not port.isdigit():
-        server.terminate()
-        raise SystemExit(f"fake server did not print a port: {port!r}")
-    return server, f"http://127.0.0.1:{port}/v1"
-
-
 def stats(url: str) -> dict[str, int]:
     with urllib.request.urlopen(f"{url}/stats", timeout=10) as response:
         return json.load(response)
@@ -137,9 +116,9 @@ def run(url: str, rows: int, concurrency: int, nextitem_only: bool, plugin_dir: 
     """One fresh project, one `pytest -n 2` run; its wall time. In (b), checks that every
     worker had its queue reader replaced and called."""
     project = Path(tempfile.mkdtemp(prefix="run-", dir=tmp))
-    shutil.copytree(REPO / "pytest_geo" / "prompts", project / "prompts")
+    shutil.copytree(PROMPTS, project / "prompts")
     (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    dataset(rows, project / "bench.jsonl")
+    write_kettle_dataset(rows, project / "bench.jsonl")
     records = project / "records"
     records.mkdir()
     env = dict(os.environ, OPENAI_API_KEY="sk-bench-dummy", PYTHONPATH=os.pathsep.join(
@@ -177,12 +156,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration, alternating; the median counts")
     args = parser.parse_args()
     n, c, latency = args.rows, args.concurrency, args.latency
-    servers: list[subprocess.Popen[str]] = []
-    try:
-        server_a, url_a = start_server(latency)
-        servers.append(server_a)
-        server_b, url_b = start_server(latency)
-        servers.append(server_b)
+    # One server per configuration, so its /stats max in flight is that configuration's alone.
+    with fake_server(latency) as url_a, fake_server(latency) as url_b:
         with tempfile.TemporaryDirectory(prefix="geo-bench-xdist-") as tmp_name:
             tmp = Path(tmp_name)
             plugin_dir = tmp / "plugin"
@@ -219,10 +194,6 @@ def main() -> None:
         if stats_a["max_in_flight"] <= bound_b:
             print(f"WARNING: (a) never had more than {bound_b} requests in flight: the stock run did not read the "
                   f"queue either (another xdist version?), so a and b measured the same thing")
-    finally:
-        for server in servers:
-            server.terminate()
-            server.wait()
 
 
 if __name__ == "__main__":
