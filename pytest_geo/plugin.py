@@ -19,6 +19,7 @@ from pytest_geo.pytest_layer.collect import (
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
 from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead
+from pytest_geo.pytest_layer.markers import register_suite_markers
 from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
     add_options,
@@ -90,6 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _load_baseline(config)
     if not is_xdist_worker(config):
         check_report_paths(config)
+    if config.option.markers:  # `pytest --markers` collects nothing: list the suites found without it
+        register_suite_markers(config)
     config.pluginmanager.register(GeoCollector(config), "geo-collector")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")

@@ -386,3 +386,20 @@ def test_repository_example_suites_run_offline(geo_project: pytest.Pytester) -> 
         "- rewriter::rank_improvement: 2.0000 | rank 3 -> 1 (x8)",
         "- sentiment::accuracy: 0.6667 | 'Not great, not awful': said positive",
     ]
+
+
+def test_pytest_markers_lists_suites_of_conftest_and_yaml_files(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('''
+import pytest_geo
+tone_eval = pytest_geo.suite("tone", data={"rows": [("a", "a")]}, markers=["nightly"])
+tone_eval.metric("exact_match")
+''')
+    (pytester.path / "eval").mkdir()
+    (pytester.path / "eval" / "sq.geo.yaml").write_text(
+        "suite: square\nmarkers: [math]\ndata:\n  rows: rows.jsonl\nmetric:\n  builtin: exact_match\n  dataset: rows\n")
+    result = pytester.runpytest("--markers")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines_random(["@pytest.mark.tone: pytest-geo eval suite marker",
+                                        "@pytest.mark.nightly: pytest-geo eval suite marker",
+                                        "@pytest.mark.square: pytest-geo eval suite marker",
+                                        "@pytest.mark.math: pytest-geo eval suite marker"])
