@@ -266,7 +266,8 @@ def evaluate(args: argparse.Namespace) -> int:
         outcomes = _run_rows(geo, rows, _progress(settings))
     finally:
         geo.close()
-    print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
+    if not settings.mock:  # the mock has no rate limits to adapt to
+        print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
     # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
     dataset = str(args.dataset)
     usage = geo.usage_table()

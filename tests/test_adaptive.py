@@ -191,7 +191,7 @@ def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: Geo
     stats = report["concurrency"]
     assert stats["mode"] == "auto" and stats["rate_limited"] == refused  # every 429 was seen
     assert stats["limit"] < START  # cut below where it started
-    result.stdout.fnmatch_lines([f"concurrency: auto, reached {stats['reached']} rows in flight (bound 256), "
+    result.stdout.fnmatch_lines([f"concurrency: auto, the limit rose to {stats['reached']} rows in flight (bound 256), "
                                  f"ended at {stats['limit']}; 429 answers seen: {refused}"])
     # Retry-After honoured: after the first refusal, the server heard nothing for most of a second.
     times = sorted(r["at"] for r in server.requests if r["at"] >= server.refused_at[0])
@@ -231,7 +231,7 @@ def test_auto_is_the_default(served_project: GeoProject) -> None:
     result.assert_outcomes(passed=2)
     report = json.loads((served_project.pytester.path / "report.json").read_text())
     assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 256
-    result.stdout.fnmatch_lines(["concurrency: auto, reached * rows in flight (bound 256), ended at *"])
+    result.stdout.fnmatch_lines(["concurrency: auto, the limit rose to * rows in flight (bound 256), ended at *"])
 
 
 def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
@@ -257,5 +257,11 @@ def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
     assert code == 0, err
     refused = fake_openai.rate_limit.refused
     assert refused > 0
-    assert "concurrency: auto, reached 8 rows in flight (bound 8)" in err
+    assert "concurrency: auto, the limit rose to 8 rows in flight (bound 8)" in err
     assert f"429 answers seen: {refused}" in err
+
+
+def test_the_mock_prints_no_concurrency_line(geo_project: pytest.Pytester) -> None:
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
+    result.assert_outcomes(passed=8)
+    assert not [line for line in result.outlines if line.startswith("concurrency:")]  # no rate limits to adapt to

@@ -66,7 +66,7 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
             terminalreporter.write_line(f"  {line}")
         if not settings_of(config).mock:  # the mock costs nothing
             terminalreporter.write_line(cost_line(results.usage))
-    if results.concurrency is not None:
+    if results.concurrency is not None and not settings_of(config).mock:  # the mock has no rate limits
         terminalreporter.write_line(stats_line(results.concurrency))
     # Where the reports went, together after the metrics (the Evals: block stays last).
     written = [f"{kind} written to {path}" for flag, kind, path in

@@ -24,7 +24,7 @@ def merge_stats(total: dict[str, Any] | None, other: Mapping[str, Any]) -> dict[
 def stats_line(stats: Mapping[str, Any]) -> str:
     """The terminal summary's line."""
     if stats.get("mode") == "auto":
-        shape = (f"auto, reached {stats['reached']} rows in flight (bound {stats.get('maximum')}), "
+        shape = (f"auto, the limit rose to {stats['reached']} rows in flight (bound {stats.get('maximum')}), "
                  f"ended at {stats['limit']}")
     elif stats.get("mode") == "batch":
         shape = "batch (every row in its round)"
