@@ -119,3 +119,14 @@ def served_project(
     for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
         monkeypatch.delenv(name, raising=False)
     return GeoProject(pytester, fake_openai)
+
+
+def egeo_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int) -> Path:
+    """The current directory for an `egeo` test: `rows.jsonl` of `rows` rows, a dummy key
+    in the env and no other model setting from it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(rows)), encoding="utf-8")
+    return tmp_path

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir, geo_rows
 from pytest_geo.cli import main
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
@@ -80,7 +80,8 @@ def test_an_interrupted_run_resumes_its_pending_batch_instead_of_paying_twice(
     first = GeoSession(settings)
     futures = first.schedule_many(rows)
     deadline = time.monotonic() + 30
-    while not fake_openai.batches.created and time.monotonic() < deadline:
+    kept = tmp_path / "cache" / "batches"
+    while not list(kept.glob("*.json")) and time.monotonic() < deadline:  # submitted, and its id kept
         time.sleep(0.02)
     first.close()  # interrupted with the batch pending (as after Ctrl-C)
     assert all(f.cancelled() for f in futures)
@@ -145,12 +146,7 @@ def test_an_expired_batch_keeps_what_it_answered(
 
 @pytest.fixture
 def workdir_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(4)), encoding="utf-8")
-    return tmp_path
+    return egeo_workdir(tmp_path, monkeypatch, rows=4)
 
 
 def test_batch_needs_the_openai_client(counting_client: pytest.Pytester) -> None:

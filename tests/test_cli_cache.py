@@ -9,18 +9,13 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(3)), encoding="utf-8")
-    return tmp_path
+    return egeo_workdir(tmp_path, monkeypatch, rows=3)
 
 
 def evaluate(server: FakeOpenAI, capsys: pytest.CaptureFixture[str], *args: str) -> str:

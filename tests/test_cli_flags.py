@@ -11,7 +11,7 @@ import pytest
 from fake_openai import FakeOpenAI
 from test_reporting import validate
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
+from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo import __version__
 from pytest_geo.cli import main
 from pytest_geo.report import progress
@@ -19,12 +19,7 @@ from pytest_geo.report import progress
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(12)), encoding="utf-8")
-    return tmp_path
+    return egeo_workdir(tmp_path, monkeypatch, rows=12)
 
 
 def evaluate(*args: str) -> int:

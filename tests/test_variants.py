@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from test_reporting import POSITION_CONFTEST as REPORTING_POSITION_CONFTEST
 
 from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts
 from pytest_geo.data.dataset import GeoRow, iter_dataset
@@ -49,22 +50,7 @@ KEEP_TEMPLATE = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{de
 
 # Ranks candidates in the order listed (a judge with pure position bias), except that a
 # rewritten target goes first: rank_before depends on the order alone.
-POSITION_CONFTEST = '''
-import json
-from pytest_geo.llm.base import ChatResponse
-from pytest_geo.llm.mock import SIGNAL, MockClient
-
-class PositionBiased(MockClient):
-    async def complete(self, request):
-        if request.role != "ranker":
-            return await super().complete(request)
-        ids = [c["id"] for c in request.context["candidates"]]
-        first = [c["id"] for c in request.context["candidates"] if SIGNAL in c["description"]]
-        return ChatResponse(text=json.dumps({"ordered_ids": first + [i for i in ids if i not in first]}))
-
-def pytest_geo_make_client(config, settings):
-    return PositionBiased()
-'''
+POSITION_CONFTEST = REPORTING_POSITION_CONFTEST
 
 
 class _Keep(MockClient):
