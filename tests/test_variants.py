@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from test_reporting import POSITION_CONFTEST as REPORTING_POSITION_CONFTEST
+from test_reporting import POSITION_CONFTEST  # a judge with pure position bias
 
 from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts
 from pytest_geo.data.dataset import GeoRow, iter_dataset
@@ -47,11 +47,6 @@ def pytest_sessionfinish(session):
 
 SIGNAL_TEMPLATE = "Query: {{query}}\nTitle: {{title}}\nOriginal description: {{description}}\nRewrite it.\n"
 KEEP_TEMPLATE = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
-
-# Ranks candidates in the order listed (a judge with pure position bias), except that a
-# rewritten target goes first: rank_before depends on the order alone.
-POSITION_CONFTEST = REPORTING_POSITION_CONFTEST
-
 
 class _Keep(MockClient):
     """KEEP_CONFTEST's client, for tests that build the engine directly."""
