@@ -103,8 +103,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "suite's own threshold. SUITE: a selected suite's name, or a dataset's path "
                          "(relative to the current directory, or absolute).")
     group.addoption("--geo-max-error-rate", type=share, default=None, metavar="R",
-                    help="fail the run when a suite's share of errored rows exceeds R, between 0 and 1 "
-                         "(ini: geo_max_error_rate; default: fail only when every row of a suite errored).")
+                    help="tolerate errored rows (reported as xfailed) and fail the run only when a suite's "
+                         "share of them exceeds R, between 0 and 1 (ini: geo_max_error_rate; default: every "
+                         "errored row fails its own item).")
     group.addoption("--geo-strict-facts", action="store_true", default=None,
                     help="a rewrite that adds facts (numbers, prices, model numbers, certifications) "
                          "not in the original scores 0.0 and fails its item (ini: geo_strict_facts).")
