@@ -30,9 +30,8 @@ from pytest_geo.options import (
     temperature,
 )
 from pytest_geo.report.concurrency import stats_line
-from pytest_geo.report.html import write_html_report
-from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
+from pytest_geo.report.output import write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import fact_lines
@@ -292,13 +291,14 @@ def evaluate(args: argparse.Namespace) -> int:
     print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
-        report = build_report(results)
-        for path, write, kind in ((args.report, write_json_atomic, "report"),
-                                  (args.html, write_html_report, "HTML report")):
-            if path:
-                write(Path(path), report)
-                print(f"{kind} written to {path}", file=sys.stderr)
-    return 1 if results.problems or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
+    written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
+    for kind, path in (("report", args.report), ("HTML report", args.html)):
+        if path in written:
+            print(f"{kind} written to {path}", file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
+    failed = results.problems or results.write_errors
+    return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
 
 
 def verbose_line(outcome: Outcome) -> dict[str, object]:

@@ -51,6 +51,18 @@ def test_report_and_html_with_repeats(workdir: Path, capsys: pytest.CaptureFixtu
     assert err.splitlines()[-2:] == ["report written to r.json", "HTML report written to r.html"]
 
 
+def test_a_report_that_cannot_be_written_is_one_line_and_the_other_is_written(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workdir / "taken").mkdir()  # a directory where the JSON report should go
+    assert evaluate("--mock", "--limit", "2", "--report", "taken", "--html", "r.html") == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["n"] == 2  # the metrics still print
+    assert "egeo: --report: cannot write taken: " in err and "Traceback" not in err
+    assert "HTML report written to r.html" in err and "report written to taken" not in err
+    assert (workdir / "r.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
 def test_sample_picks_the_rows_the_plugin_picks(served_project: GeoProject, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = served_project.dataset(20)

@@ -3,8 +3,6 @@ decide the exit status, and the terminal summary."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +12,8 @@ from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.gates import gate_failures
-from pytest_geo.report.html import write_html_report
-from pytest_geo.report.json_report import build_report, write_json_atomic
 from pytest_geo.report.metadata import run_metadata
+from pytest_geo.report.output import write_report_files
 from pytest_geo.report.results import Results
 from pytest_geo.report.terminal import terminal_lines
 from pytest_geo.text import printable
@@ -35,23 +32,10 @@ def report_gates(session: pytest.Session) -> None:
 def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> None:
     """Write the reports asked for."""
     results.metadata = run_metadata(settings_of(config), started, duration)
-    path, html_path = config.getoption("geo_report"), config.getoption("geo_html")
-    write_html = bool(html_path) and not results.nothing_selected
-    if path or write_html:
-        report = build_report(results)
-        # Paths were checked at start; a write can still fail (disk full, permissions
-        # changed): one line in the summary, and the other report is still written.
-        if path:
-            _write(results, "--geo-report", path, lambda: write_json_atomic(Path(path), report))
-        if write_html:
-            _write(results, "--geo-html", html_path, lambda: write_html_report(Path(html_path), report))
-
-
-def _write(results: Results, flag: str, path: str, write: Callable[[], None]) -> None:
-    try:
-        write()
-    except OSError as exc:
-        results.write_errors.append(f"pytest-geo: {flag}: cannot write {path}: {exc.strerror or exc}")
+    html_path = None if results.nothing_selected else config.getoption("geo_html")
+    # Paths were checked at start; a write that still fails is one line in the summary.
+    write_report_files(results, config.getoption("geo_report"), html_path, who="pytest-geo",
+                       flags=("--geo-report", "--geo-html"))
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
