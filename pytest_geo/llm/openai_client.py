@@ -86,10 +86,7 @@ class OpenAIChatClient:
         """One scrubbed line naming what went wrong, for callers outside `complete`."""
         if isinstance(exc, openai.APIError):
             return self._cause(exc)
-        return self._scrub(f"{type(exc).__name__}: {exc}")
-
-    def scrub(self, text: str) -> str:
-        return self._scrub(text)
+        return self.scrub(f"{type(exc).__name__}: {exc}")
 
     def observe_responses(self, observer: ResponseObserver) -> None:
         """Hand every HTTP response's status and headers (case-insensitive names) to
@@ -163,18 +160,18 @@ class OpenAIChatClient:
         """One line naming what went wrong, with the key (and anything key-like) removed."""
         dropped = _aiohttp_disconnect(exc)
         if dropped is not None:
-            return f"connection error ({self._scrub(str(dropped) or type(dropped).__name__)})"
+            return f"connection error ({self.scrub(str(dropped) or type(dropped).__name__)})"
         if isinstance(exc, openai.APITimeoutError):
             return f"timed out after {self.timeout:g}s"
         if isinstance(exc, openai.APIConnectionError):
-            return f"connection error ({self._scrub(str(exc.__cause__ or exc) or type(exc.__cause__).__name__)})"
+            return f"connection error ({self.scrub(str(exc.__cause__ or exc) or type(exc.__cause__).__name__)})"
         if isinstance(exc, openai.APIStatusError):
             detail = getattr(exc, "body", None)
             if isinstance(detail, dict):
                 detail = detail.get("message", detail)
             text = f"HTTP {exc.status_code}"
-            return f"{text} ({self._scrub(str(detail))})" if detail else text
-        return self._scrub(f"{type(exc).__name__}: {exc}")
+            return f"{text} ({self.scrub(str(detail))})" if detail else text
+        return self.scrub(f"{type(exc).__name__}: {exc}")
 
     def redact(self, text: str) -> str:
         """`text` with the key, and anything shaped like a secret key, replaced by `[key]`."""
@@ -182,7 +179,8 @@ class OpenAIChatClient:
             text = text.replace(self._secret, "[key]")
         return ANSWER_KEY_LIKE.sub("[key]", text)
 
-    def _scrub(self, text: str) -> str:
+    def scrub(self, text: str) -> str:
+        """One line for an error message: the key and key-like tokens replaced, shortened."""
         flat = " ".join(text.split())
         if self._secret:
             flat = flat.replace(self._secret, "[key]")
