@@ -24,12 +24,11 @@ import json
 import os
 import statistics
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import PROMPTS, fake_server, kettle_rows  # the same rows as bench_concurrency.py
+from common import PROMPTS, fake_server, kettle_rows, timed_evaluate  # the same rows as bench_concurrency.py
 
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
@@ -42,12 +41,7 @@ def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, d
     """(wall seconds, the session's concurrency stats, the server's stats)."""
     fixed = None if concurrency == "auto" else int(concurrency)
     session = GeoSession(Settings(prompts_dir=PROMPTS, base_url=url, use_cache=False, concurrency=fixed))
-    try:
-        start = time.perf_counter()
-        outcomes = session.evaluate(batch)
-        elapsed = time.perf_counter() - start
-    finally:
-        session.close()
+    elapsed, outcomes = timed_evaluate(session, batch)
     errors = [o.error for o in outcomes if o.error]
     if errors:
         print(f"  ({len(errors)} of {len(batch)} rows failed, e.g. {errors[0]})")

@@ -18,11 +18,10 @@ import math
 import os
 import statistics
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
-from common import PROMPTS, fake_server, kettle_rows
+from common import PROMPTS, fake_server, kettle_rows, timed_evaluate
 
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
@@ -31,13 +30,7 @@ from pytest_geo.settings import Settings
 
 def run(url: str, batch: list[GeoRow], concurrency: int) -> float:
     settings = Settings(prompts_dir=PROMPTS, base_url=url, concurrency=concurrency, use_cache=False)
-    session = GeoSession(settings)
-    try:
-        start = time.perf_counter()
-        outcomes = session.evaluate(batch)
-        elapsed = time.perf_counter() - start
-    finally:
-        session.close()
+    elapsed, outcomes = timed_evaluate(GeoSession(settings), batch)
     errors = [o.error for o in outcomes if o.error]
     if errors:
         raise SystemExit(f"{len(errors)} rows failed, e.g. {errors[0]}")

@@ -17,12 +17,11 @@ import json
 import os
 import statistics
 import tempfile
-import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from common import PROMPTS, fake_server, kettle_rows
+from common import PROMPTS, fake_server, kettle_rows, timed_evaluate
 
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
@@ -49,16 +48,9 @@ def run(url: str, rows: list[GeoRow], variants: dict[str, Path], concurrency: in
     """(requests, wall seconds) of one run over `rows` with `variants`."""
     settings = Settings(prompts_dir=PROMPTS, base_url=url, concurrency=concurrency, use_cache=False,
                         variants=variants)
-    session = GeoSession(settings)
     jobs = [replace(row, variant=name) for row in rows for name in variants]
     before = requests(url)
-    try:
-        start = time.perf_counter()
-        session.schedule_many(jobs)
-        outcomes = [session.outcome(job) for job in jobs]
-        elapsed = time.perf_counter() - start
-    finally:
-        session.close()
+    elapsed, outcomes = timed_evaluate(GeoSession(settings), jobs)
     errors = [o.error for o in outcomes if o.error]
     if errors:
         raise SystemExit(f"{len(errors)} rows failed, e.g. {errors[0]}")

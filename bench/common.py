@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_geo.data.dataset import GeoRow, iter_dataset
+from pytest_geo.engine.experiment import GeoOutcome
+from pytest_geo.engine.session import GeoSession
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPTS = REPO / "pytest_geo" / "prompts"
@@ -60,3 +63,15 @@ def fake_server(latency: float, *extra_args: str) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait()
+
+
+def timed_evaluate(session: GeoSession, rows: list[GeoRow]) -> tuple[float, list[GeoOutcome]]:
+    """Wall seconds for `session` to run `rows` (the plugin's path: scheduled at once, then
+    waited for in order) and their outcomes; the session is closed afterwards."""
+    try:
+        start = time.perf_counter()
+        outcomes = session.evaluate(rows)
+        return time.perf_counter() - start, outcomes
+    finally:
+        session.close()
+
