@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_optimize import Recording
 
 from conftest import SMOKE, GeoProject
 from pytest_geo import cli
 from pytest_geo.data.dataset import Candidate, GeoRow, read_dataset
 from pytest_geo.engine.experiment import candidate_values
 from pytest_geo.llm import factory
-from pytest_geo.llm.base import ChatRequest, ChatResponse
-from pytest_geo.llm.mock import MockClient
 
 # A prompts directory as the harness's users write it: {{candidates}} in its block
 # format, and the meta prompt with {{batch_summary}} and {{history}}.
@@ -172,15 +171,6 @@ def test_meta_prompts_are_checked_only_by_optimize_prompts(
     assert code == 2
     assert f"{prompts / 'meta_optimizer_user.txt'}: unknown placeholder {{{{not_a_placeholder}}}}" in (
         capsys.readouterr().err)
-
-
-class Recording(MockClient):
-    def __init__(self) -> None:
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        self.requests.append(request)
-        return await super().complete(request)
 
 
 def test_harness_meta_prompt_gets_batch_summary_and_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
