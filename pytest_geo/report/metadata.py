@@ -7,7 +7,7 @@ import hashlib
 import os
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,6 @@ def run_metadata(settings: Settings, started: float, duration: float) -> dict[st
         "prompts_dir": str(settings.prompts_dir),
         "variants": {name: str(path) for name, path in settings.variants.items()},
         "versions": versions(),
-        "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),
     }
