@@ -15,7 +15,9 @@ Linear time on any text: every repetition in the patterns is bounded (a number h
 most 24 digits before its point, a model number at most 6 parts), so a match attempt at
 one position reads a bounded stretch of text, and the original's facts are indexed
 (sets, sorted lists) so each fact of the rewrite is checked in constant or logarithmic
-time. `bench/bench_facts.py` measures the time per character on adversarial text.
+time. Fast on any text too (`bench/bench_facts.py`): the pattern runs only near digits
+and currency signs, far from letters a bare-number pattern stands in for it, and each
+written form is read once per text.
 
 Not caught: facts without digits or a listed term (`waterproof`, `premium leather`),
 number words other than two..twelve, changed meaning around a kept number (`up to 10 h`
@@ -26,8 +28,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from functools import cached_property
+from itertools import chain, repeat
 from typing import NamedTuple
 
 __all__ = ["Fact", "extract_facts", "new_facts"]
@@ -94,23 +99,70 @@ def _trie(words: list[str]) -> str:
 _UNIT = _trie(sorted({*UNITS, *ALIASES} - {'"'})) + r"(?![\w°])|\"|%|per\ cent\b|percent\b"
 _CUR_WORD = "|".join(CURRENCY_WORDS)
 _SEP = r"\s?(?:x|×|by|-|–|—|to)\s?"
+_UNIT_START = "[" + re.escape("".join(sorted({w[0] for w in {*UNITS, *ALIASES}} | {"%", "p"}))) + "]"
+_CUR_START = "[" + re.escape("".join(sorted({w[0] for w in CURRENCY_WORDS}))) + "]"
+# A letter and a digit within six parts.
+_MODEL = (r"(?=(?:\d{0,24}+[-.]){0,5}+\d{0,24}+[A-Za-z])(?=(?:[A-Za-z]{0,24}+[-.]){0,5}+[A-Za-z]{0,24}+\d)"
+          r"[A-Za-z\d]{1,24}(?:[-.][A-Za-z\d]{1,24}){0,5}\b")
+# One alternation, tried at every position of a window, read as the alternatives in
+# order (price, standard, quantity, ordinal, model, number, number word, mark) but laid out
+# for `re`'s speed on number-dense text, where it tries a match at almost every character:
+# - a lookahead at the head of each branch sends a position to the alternatives that can
+#   start with its character;
+# - a price or quantity after a number shares one reading of the number (a shorter reading
+#   is followed by a digit, a point or a comma, which no tail can follow) and is named by
+#   an empty group at its end;
+# - a lookahead before the units and currency words rejects a number followed by none
+#   before `re` tries them one by one;
+# - repetitions no shorter reading could rescue are possessive (`++`, `{0,2}+`).
+# tests/test_facts.py checks it against the plain alternation on random and adversarial text.
 PATTERN = re.compile(
     rf"""
-    (?P<price>(?:US\$|[$€£¥])\s?{_NUM}|\b(?:USD|EUR|GBP)\s?{_NUM}|\b{_NUM}\s?(?:{_CUR_WORD})\b|\b{_NUM}\s?[€£])
-    |(?P<standard>\b(?:ISO|IEC|EN|IEEE|ANSI|ASTM|IP)\s?\d{{1,12}}(?:[-:.]\d{{1,12}}){{0,4}})
-    |(?P<quantity>\b{_NUM}(?:{_SEP}{_NUM}){{0,2}}\s?-?\s?(?:{_UNIT}))
-    |(?P<ordinal>\b\d{{1,24}}(?:st|nd|rd|th)\b)
-    |(?P<model>\b(?=[A-Za-z\d])(?=(?:\d{{0,24}}[-.]){{0,5}}\d{{0,24}}[A-Za-z])(?=(?:[A-Za-z]{{0,24}}[-.]){{0,5}}[A-Za-z]{{0,24}}\d)[A-Za-z\d]{{1,24}}(?:[-.][A-Za-z\d]{{1,24}}){{0,5}}\b)
-    |(?P<number>(?<![\w.]){_NUM}(?!\w))
-    |(?P<word>\b(?:{"|".join(NUMBER_WORDS)})\b)
-    |(?P<mark>\b(?:{"|".join(CLAIM_MARKS)})\b)
+    (?=[\d.])(?:
+      \b{_NUM}(?:
+         (?=\s?[{_CUR_START[1:-1]}€£])\s?(?:(?:{_CUR_WORD})\b|[€£])(?P<price>)
+        |(?:{_SEP}{_NUM}){{0,2}}+\s?-?\s?(?={_UNIT_START})(?:{_UNIT})(?P<quantity>)
+      )
+     |(?P<ordinal>\b\d{{1,24}}(?:st|nd|rd|th)\b)
+     |(?P<model>\b{_MODEL})
+     |(?P<number>(?<![\w.]){_NUM}(?!\w))
+    )
+    |(?P<price_sign>(?:US\$|[$€£¥])\s?{_NUM})
+    |(?=[a-z])\b(?:
+      (?P<price_code>(?:USD|EUR|GBP)\s?{_NUM})
+     |(?P<standard>(?:ISO|IEC|EN|IEEE|ANSI|ASTM|IP)\s?\d{{1,12}}(?:[-:.]\d{{1,12}}){{0,4}})
+     |(?P<model_word>{_MODEL})
+     |(?P<word>{_trie(sorted(NUMBER_WORDS))}\b)
+     |(?P<mark>{_trie(sorted(CLAIM_MARKS))}\b)
+    )
     """,
     re.VERBOSE | re.IGNORECASE,
 )
-CLAIM_PATTERN = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(w) for w in CLAIM_WORDS) + r")(?!\w)", re.IGNORECASE)
+_KIND = {name: name.split("_")[0] for name in PATTERN.groupindex}
+# Every match but a bare number holds one of these within its span, and no match is
+# longer than MAX_MATCH (three 44-character numbers, two separators and a unit), so more
+# than MAX_MATCH characters from any of them the bare-number alternative alone finds what
+# PATTERN finds, several times faster on number-dense text.
+_RICH = r"[^\W\d_]|[$€£¥%\"°℃℉]"
+MAX_MATCH = 160
+LONGEST_NUMBER = 45  # _NUM's longest match and the character its lookahead reads
+NUMBER = re.compile(rf"(?<![\w.]){_NUM}(?!\w)")
+_PLAIN_RUN = re.compile(rf"(?:(?!{_RICH}).){{{5 * MAX_MATCH},}}", re.DOTALL)
+# The last character (group 1) that no number covers and at which no number's reading
+# changes if the text ends there: anything but a word character, a point or a comma, or
+# a point before what is no digit. (A comma is no such place: `1,5,` is not `1,5`.)
+_LAST_CUT = re.compile(r"(?s:.*)([^\w.,]|\.(?=[^\d]))")
+# The lookahead lets `re` pass over most characters with one test, not a try of each word.
+CLAIM_PATTERN = re.compile(
+    "(?=[" + re.escape("".join({c for word in CLAIM_WORDS for c in (word[0].lower(), word[0].upper())})) + r"])"
+    + r"(?<!\w)" + _trie(sorted(word.lower() for word in CLAIM_WORDS)) + r"(?!\w)",
+    re.IGNORECASE,
+)
 _NUM_RE = re.compile(_NUM)
 MAX_MODEL_PARTS = 8  # letter and digit runs: WH-1000XM5 has 4 (WH, 1000, XM, 5)
 _MODEL_PART = re.compile(r"[A-Z]+|\d+|\.")
+_COMMA_LIST = re.compile(r"\d+,\d{1,2}")
+_ORDINAL_SUFFIX = "STNDRHstndrhſ"  # and the long s, which `re` folds to s
 
 
 def _model_parts(unit: str) -> list[str]:
@@ -154,6 +206,29 @@ def _split_unit(text: str) -> tuple[list[str], str]:
 
 def _facts_of(kind: str, written: str) -> list[Fact]:
     """The facts of one match of PATTERN (`kind` is the group that matched)."""
+    # numbers, model numbers and words hold no whitespace
+    if kind == "number":
+        if written.isdigit():  # the most common number, read without a pattern
+            return [Fact("number", Decimal(written), "", written)]
+        if _COMMA_LIST.fullmatch(written):  # "1,2" with no unit: a list, not a decimal
+            return [Fact("number", _number(part), "", part) for part in written.split(",")]
+        return [Fact("number", _number(written), "", written)]
+    if kind == "model":
+        unit = written.replace("-", "").upper()
+        if len(unit) > MAX_MODEL_PARTS and len(_model_parts(unit)) > MAX_MODEL_PARTS:  # a hash, serial or slug
+            return []
+        return [Fact("model", None, unit, written)]
+    if kind == "ordinal":
+        return [Fact("number", Decimal(written.rstrip(_ORDINAL_SUFFIX)), "", written)]
+    if kind == "word":  # `re` matches case-insensitively beyond ASCII: `sİx` is no number word
+        value = NUMBER_WORDS.get(written.lower())
+        return [] if value is None else [Fact("number", Decimal(value), "", written)]
+    if kind == "claim":
+        return [Fact("claim", None, written.lower().replace("-", " "), written)]
+    if kind == "mark":
+        if written.isupper() or written in CLAIM_MARKS:  # "CE", not the word "ce"
+            return [Fact("claim", None, written.upper(), written)]
+        return []
     text = " ".join(written.split())
     if kind == "price":
         (number,), rest = _NUM_RE.findall(text), _NUM_RE.sub(" ", text).strip().lower()
@@ -164,55 +239,71 @@ def _facts_of(kind: str, written: str) -> list[Fact]:
         unit = _unit(raw_unit)
         fact_kind = "percent" if unit == "%" else "quantity"
         return [Fact(fact_kind, _number(n), unit, text) for n in numbers]
-    if kind == "ordinal":
-        return [Fact("number", Decimal(re.match(r"\d+", text).group()), "", text)]  # type: ignore[union-attr]
-    if kind == "model":
-        unit = re.sub(r"[-\s]", "", text).upper()
-        if len(_model_parts(unit)) > MAX_MODEL_PARTS:  # a hash, serial or slug, not a model number
-            return []
-        return [Fact("model", None, unit, text)]
     if kind == "standard":
         return [Fact("standard", None, re.sub(r"[-\s]", "", text).upper(), text)]
-    if kind == "number":
-        if re.fullmatch(r"\d+,\d{1,2}", text):  # "1,2" with no unit: a list, not a decimal
-            return [Fact("number", _number(part), "", part) for part in text.split(",")]
-        return [Fact("number", _number(text), "", text)]
-    if kind == "word":
-        return [Fact("number", Decimal(NUMBER_WORDS[text.lower()]), "", text)]
-    if kind == "mark":
-        if text.isupper() or text in CLAIM_MARKS:  # "CE", not the word "ce"
-            return [Fact("claim", None, text.upper(), text)]
-        return []
     return []
 
 
-_ANCHOR = re.compile(r"[\d$€£¥]")  # a single class: `re` skips to it without trying PATTERN
-_SPACE = re.compile(r"\s+")
-TOKENS_BEFORE, TOKENS_AFTER = 2, 4  # `USD 199`, `ISO 9001`; `45 per cent`, `30 x 20 x 10 cm`
+# The tokens (between whitespace) around each token with a digit or a currency sign, two
+# before and three after, merged where they overlap: the longest reach of a match from
+# such a character (`USD 199`, `ISO 9001`; `45 per cent`, `30 x 20 x 10 cm`). One pass of
+# `re`: a Python loop over tokens cost more than the matching on number-dense text.
+_WINDOW = re.compile(
+    r"(?<!\S)(?:\S++\s++){0,2}"
+    r"\S*?[\d$€£¥]\S*+"
+    r"(?:(?:\s++\S++){0,4}\s++\S*?[\d$€£¥]\S*+)*"
+    r"(?:\s++\S++){0,3}"
+)
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _windows(text: str) -> list[tuple[int, int]]:
     """Stretches of `text` that can hold a match of PATTERN with a digit or a currency
-    sign: the tokens around each such character, between whitespace, merged. Every such
-    match lies inside one (no match crosses more whitespace than the margins allow), and
-    PATTERN runs over them as over the whole text: each starts after and ends before
-    whitespace. Text far from any digit, most prose, is never tried against PATTERN."""
-    spaces = [(m.start(), m.end()) for m in _SPACE.finditer(text)]
-    starts = [start for start, _ in spaces]
-    windows: list[tuple[int, int]] = []
-    anchor = _ANCHOR.search(text)
-    while anchor is not None:
-        k = bisect_left(starts, anchor.start())  # spaces[k] is the first whitespace after the anchor
-        begin = spaces[k - 1 - TOKENS_BEFORE][1] if k - 1 - TOKENS_BEFORE >= 0 else 0
-        end = spaces[k + TOKENS_AFTER - 1][0] if k + TOKENS_AFTER - 1 < len(spaces) else len(text)
-        if windows and begin <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], end)
+    sign. Every such match lies inside one, and PATTERN runs over them as over the whole
+    text: each starts after and ends before whitespace. Text far from any digit, most
+    prose, is never tried against PATTERN."""
+    return [m.span() for m in _WINDOW.finditer(text)]
+
+
+def _window_matches(text: str, start: int, end: int) -> list[tuple[str, str]]:
+    """(kind, text) of PATTERN's matches in one window, as its scan of the whole text finds
+    them. Inside a long run without letters or signs (`1-1-1-...`) the scan is handed to
+    NUMBER and back, each time at a position the whole-text scan tries too, so from there
+    both agree."""
+    found: list[tuple[str, str]] = []
+    at = start
+    for run in _PLAIN_RUN.finditer(text, start, end):
+        inside, outside = run.start() + MAX_MATCH, run.end() - MAX_MATCH  # only numbers start here
+        head = list(PATTERN.finditer(text, at, inside + 2 * MAX_MATCH))
+        number_from = _handover(head, inside, inside + MAX_MATCH)
+        found += [(_KIND[m.lastgroup or ""], m[0]) for m in head if m.start() < number_from]
+        # the numbers as strings (no match objects: a megabyte holds half a million), up
+        # to a character no number covers, else up to a hand-over found from the positions
+        # of the last ones
+        cut = _LAST_CUT.match(text, max(number_from, outside - 2 * LONGEST_NUMBER), outside)
+        if cut:
+            at = cut.start(1)
+            numbers = NUMBER.findall(text, number_from, at)
         else:
-            windows.append((begin, end))
-        # on from the next token: each token's last anchor sets the margin after it
-        anchor = _ANCHOR.search(text, spaces[k][1]) if k < len(spaces) else None
-    return windows
+            numbers = NUMBER.findall(text, number_from, outside)
+            last = list(deque(NUMBER.finditer(text, number_from, outside), maxlen=2 * LONGEST_NUMBER))
+            at = _handover(last, outside - 2 * LONGEST_NUMBER, outside - LONGEST_NUMBER)
+            del numbers[len(numbers) - sum(m.start() >= at for m in last):]
+        found += zip(repeat("number", len(numbers)), numbers, strict=True)
+    found += [(_KIND[m.lastgroup or ""], m[0]) for m in PATTERN.finditer(text, at, end)]
+    return found
+
+
+def _handover(matches: list[re.Match[str]], zone_start: int, zone_end: int) -> int:
+    """A position the whole-text scan tries, from a scan that agrees with it on matches
+    starting in [zone_start, zone_end), a zone longer than any number: the end of the last
+    match starting there, else the zone's last position (no match covers it)."""
+    for match in reversed(matches):
+        if match.start() < zone_start:
+            break
+        if match.start() < zone_end:
+            return match.end()
+    return zone_end - 1
 
 
 def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, str]]:
@@ -239,32 +330,28 @@ def _word_edge(text: str, index: int) -> bool:
     return index < 0 or index >= len(text) or not (text[index].isalnum() or text[index] == "_")
 
 
-def _matches(text: str) -> list[tuple[int, str, str]]:
-    """(position, PATTERN group, text) of every match, in order, as PATTERN.finditer over
-    the whole text would give them, in time linear in the text."""
+def _matches(text: str) -> list[tuple[str, str]]:
+    """(PATTERN group, text) of every match, in order, as PATTERN.finditer over the whole
+    text would give them, in time linear in the text."""
     windows = _windows(text)
-    found = [(m.start(), m.lastgroup or "", m.group()) for start, end in windows
-             for m in PATTERN.finditer(text, start, end)]
-    found += _words(text, windows)
-    found.sort(key=lambda match: match[0])
-    return found
+    blocks = [(start, _window_matches(text, start, end)) for start, end in windows]
+    blocks += [(at, [(kind, written)]) for at, kind, written in _words(text, windows)]  # outside the windows
+    blocks.sort(key=lambda block: block[0])
+    return list(chain.from_iterable(block for _, block in blocks))
+
+
+def _forms(text: str) -> dict[tuple[str, str], None]:
+    """(kind, text) of each match and claim word once, in order of first appearance:
+    repeated text (a number a thousand times) costs a set lookup, not a parse."""
+    forms = dict.fromkeys(_matches(text))
+    forms.update(dict.fromkeys(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text)))
+    return forms
 
 
 def extract_facts(text: str) -> list[Fact]:
-    """Every checkable fact in `text`, in order of appearance."""
-    facts = [fact for _, kind, written in _matches(text) for fact in _facts_of(kind, written)]
-    facts += [Fact("claim", None, m.group().lower().replace("-", " "), m.group()) for m in CLAIM_PATTERN.finditer(text)]
-    return facts
-
-
-def _distinct_facts(text: str) -> list[Fact]:
-    """The facts of `text` with each written form read once, in order of first appearance:
-    repeated text (a number a thousand times) costs a set lookup, not a parse."""
-    forms = dict.fromkeys((kind, written) for _, kind, written in _matches(text))
-    facts = [fact for kind, written in forms for fact in _facts_of(kind, written)]
-    claims = dict.fromkeys(m.group() for m in CLAIM_PATTERN.finditer(text))
-    facts += [Fact("claim", None, claim.lower().replace("-", " "), claim) for claim in claims]
-    return facts
+    """Every checkable fact in `text`, in order of appearance (claim words last)."""
+    forms = [*_matches(text), *(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text))]
+    return [fact for kind, written in forms for fact in _facts_of(kind, written)]
 
 
 TOLERANCE = 0.03  # another unit of the same kind: within 3% of the stated quantity
@@ -288,20 +375,19 @@ def _plain(value: Decimal) -> str:
 @dataclass
 class _Stated:
     """The original's facts, indexed so that checking one fact of the rewrite costs
-    constant or logarithmic time, whatever the number of facts on either side."""
+    constant or logarithmic time, whatever the number of facts on either side. The model
+    numbers' index is built on first use: most rewrites keep every model number as written."""
 
     values: set[Decimal] = field(default_factory=set)
     exact: set[tuple[str, Decimal | None, str]] = field(default_factory=set)  # (kind, value, unit)
     labels: set[tuple[str, str]] = field(default_factory=set)  # (kind, unit) for models, standards, claims
-    model_numbers: set[str] = field(default_factory=set)
-    model_runs: set[str] = field(default_factory=set)  # contiguous part runs of each model number
+    models: dict[str, None] = field(default_factory=dict)  # each model number once
     by_unit: dict[str, list[float]] = field(default_factory=dict)  # unit -> sorted amounts in base units
 
     @classmethod
     def of(cls, facts: list[Fact]) -> _Stated:
         stated = cls()
         amounts: dict[str, set[float]] = {}
-        models: set[str] = set()
         for fact in facts:
             stated.exact.add((fact.kind, fact.value, fact.unit))
             stated.labels.add((fact.kind, fact.unit))
@@ -309,14 +395,25 @@ class _Stated:
                 stated.values.add(fact.value)
             if fact.kind == "quantity" and fact.value is not None and fact.unit in UNITS:
                 amounts.setdefault(fact.unit, set()).add(float(fact.value) * UNITS[fact.unit][1])
-            if fact.kind == "model" and fact.unit not in models:
-                models.add(fact.unit)
-                stated.model_numbers |= _digit_strings(fact.unit)
-                parts = _model_parts(fact.unit)
-                stated.model_runs.update("".join(parts[i:j]) for i in range(len(parts))
-                                         for j in range(i + 1, len(parts) + 1))
+            if fact.kind == "model":
+                stated.models[fact.unit] = None
         stated.by_unit = {unit: sorted(values) for unit, values in amounts.items()}
         return stated
+
+    @cached_property
+    def model_numbers(self) -> set[str]:
+        """The numbers the model numbers state (`V2.1`: 2, 1 and 2.1)."""
+        return {number for unit in self.models for number in _digit_strings(unit)}
+
+    @cached_property
+    def model_runs(self) -> set[str]:
+        """Runs of two or more whole parts of each model number (`XM5`, `1000XM` of
+        `WH-1000XM5`); one part alone, all letters or all digits, is no model number."""
+        runs: set[str] = set()
+        for unit in self.models:
+            parts = _model_parts(unit)
+            runs.update("".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 2, len(parts) + 1))
+        return runs
 
     def supports(self, fact: Fact) -> bool:
         if fact.kind == "number":
@@ -328,7 +425,7 @@ class _Stated:
         if fact.kind == "model":
             # a shorter form of a stated model number (`XM5` of `WH-1000XM5`), in whole
             # parts only: `X100` is not `X1000`
-            return "".join(_model_parts(fact.unit)) in self.model_runs
+            return ("model", fact.unit) in self.labels or fact.unit in self.model_runs
         return (fact.kind, fact.unit) in self.labels
 
     def _converted(self, fact: Fact) -> bool:
@@ -351,13 +448,17 @@ class _Stated:
 def new_facts(original: str, rewrite: str) -> list[str]:
     """The facts in `rewrite` that `original` does not state, as written in the rewrite
     (each once, in order). Pass the title with the original: the rewriter sees it too."""
-    stated = _Stated.of(_distinct_facts(original))
+    stated_forms = _forms(original)
+    stated = _Stated.of([fact for kind, written in stated_forms for fact in _facts_of(kind, written)])
     found: list[str] = []
     seen: set[tuple[str, Decimal | None, str]] = set()
-    for fact in _distinct_facts(rewrite):
-        key = (fact.kind, fact.value, fact.unit)
-        if key not in seen:
-            seen.add(key)  # each distinct fact is checked once
-            if not stated.supports(fact):
-                found.append(fact.text)
+    for kind, written in _forms(rewrite):
+        if (kind, written) in stated_forms:
+            continue  # written as in the original: its facts are the original's own
+        for fact in _facts_of(kind, written):
+            key = (fact.kind, fact.value, fact.unit)
+            if key not in seen:
+                seen.add(key)  # each distinct fact is checked once
+                if not stated.supports(fact):
+                    found.append(fact.text)
     return found
