@@ -246,14 +246,13 @@ def _facts_of(kind: str, written: str) -> list[Fact]:
 
 # The tokens (between whitespace) around each token with a digit or a currency sign, two
 # before and three after, merged where they overlap: the longest reach of a match from
-# such a character (`USD 199`, `ISO 9001`; `45 per cent`, `30 x 20 x 10 cm`). One pass of
-# `re`: a Python loop over tokens cost more than the matching on number-dense text.
-_WINDOW = re.compile(
-    r"(?<!\S)(?:\S++\s++){0,2}"
-    r"\S*?[\d$€£¥]\S*+"
-    r"(?:(?:\s++\S++){0,4}\s++\S*?[\d$€£¥]\S*+)*"
-    r"(?:\s++\S++){0,3}"
-)
+# such a character (`USD 199`, `ISO 9001`; `45 per cent`, `30 x 20 x 10 cm`). Found from
+# each first anchor in a few passes of `re` (the two tokens before it on the reversed
+# text): a Python loop over tokens cost more than the matching on number-dense text, and
+# a pattern tried at every token start cost more than the check on short prose.
+_ANCHOR = re.compile(r"[\d$€£¥]")
+_TOKENS_BEFORE = re.compile(r"\S*+(?:\s++\S++){0,2}")  # on the reversed text
+_TOKENS_AFTER = re.compile(r"\S*+(?:(?:\s++\S++){0,4}\s++\S*?[\d$€£¥]\S*+)*(?:\s++\S++){0,3}")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -262,7 +261,17 @@ def _windows(text: str) -> list[tuple[int, int]]:
     sign. Every such match lies inside one, and PATTERN runs over them as over the whole
     text: each starts after and ends before whitespace. Text far from any digit, most
     prose, is never tried against PATTERN."""
-    return [m.span() for m in _WINDOW.finditer(text)]
+    windows: list[tuple[int, int]] = []
+    reversed_text = ""
+    anchor = _ANCHOR.search(text)
+    while anchor is not None:
+        reversed_text = reversed_text or text[::-1]
+        before = _TOKENS_BEFORE.match(reversed_text, len(text) - 1 - anchor.start())
+        after = _TOKENS_AFTER.match(text, anchor.start())
+        assert before is not None and after is not None  # both can match the empty string
+        windows.append((len(text) - before.end(), after.end()))
+        anchor = _ANCHOR.search(text, after.end())
+    return windows
 
 
 def _window_matches(text: str, start: int, end: int) -> list[tuple[str, str]]:
