@@ -162,7 +162,8 @@ _NUM_RE = re.compile(_NUM)
 MAX_MODEL_PARTS = 8  # letter and digit runs: WH-1000XM5 has 4 (WH, 1000, XM, 5)
 _MODEL_PART = re.compile(r"[A-Z]+|\d+|\.")
 _COMMA_LIST = re.compile(r"\d+,\d{1,2}")
-_ORDINAL_SUFFIX = "STNDRHstndrhſ"  # and the long s, which `re` folds to s
+_DIGITS = re.compile(r"\d+")
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
 def _model_parts(unit: str) -> list[str]:
@@ -181,7 +182,7 @@ class Fact(NamedTuple):
 
 
 def _number(text: str, decimal_comma: bool = True) -> Decimal:
-    if re.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+    if _THOUSANDS.fullmatch(text):
         text = text.replace(",", "")
     elif "," in text:
         text = text.replace(",", ".") if decimal_comma else text.split(",")[0]
@@ -219,7 +220,7 @@ def _facts_of(kind: str, written: str) -> list[Fact]:
             return []
         return [Fact("model", None, unit, written)]
     if kind == "ordinal":
-        return [Fact("number", Decimal(written.rstrip(_ORDINAL_SUFFIX)), "", written)]
+        return [Fact("number", Decimal(_DIGITS.findall(written)[0]), "", written)]
     if kind == "word":  # `re` matches case-insensitively beyond ASCII: `sİx` is no number word
         value = NUMBER_WORDS.get(written.lower())
         return [] if value is None else [Fact("number", Decimal(value), "", written)]
