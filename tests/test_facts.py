@@ -19,10 +19,13 @@ from pytest_geo.engine.facts import (
     _SEP,
     _UNIT,
     CLAIM_MARKS,
+    CLAIM_PATTERN,
     MAX_MATCH,
     NUMBER_WORDS,
+    Fact,
     _facts_of,
     _matches,
+    _Stated,
     extract_facts,
     new_facts,
 )
@@ -238,6 +241,45 @@ def test_the_window_scan_finds_what_the_plain_pattern_finds_in_the_whole_text(te
 def test_the_hand_over_points_keep_the_whole_text_reading(text: str) -> None:
     whole = [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
     assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == whole
+
+
+def plain_new_facts(original: str, rewrite: str) -> list[str]:
+    """The check as first written: every fact of both texts read with the plain pattern
+    over the whole text, every fact of the rewrite looked up."""
+    def facts(text: str) -> list[Fact]:
+        found = [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
+        return found + [f for m in CLAIM_PATTERN.finditer(text) for f in _facts_of("claim", m.group())]
+    stated = _Stated.of(facts(original))
+    reported: list[str] = []
+    seen: set[tuple[str, object, str]] = set()
+    for fact in facts(rewrite):
+        if (fact.kind, fact.value, fact.unit) not in seen:
+            seen.add((fact.kind, fact.value, fact.unit))
+            if not stated.supports(fact):
+                reported.append(fact.text)
+    return reported
+
+
+FACT_PIECES = ["a", "1", " ", "-", ".", ",", "x", "$", "kg", "KG", " kg", "lb", "2", "16GB", "16 gb", "WH-1000XM5", "XM5",
+               "1000XM", "X100", "V2.1", "2.1", "21", "ISO 9001", "CE", "certified", "award-winning", "three", "1,000",
+               "1,5", "1.5", "$199", "199 USD", "$199.00", "30 x 20 cm", "2-year", "2 years", "980 g", "0.98 kg", "45%",
+               "45 per cent", "1st", "\n", "sİx", "ſ"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(original=st.lists(st.sampled_from(FACT_PIECES), max_size=12).map("".join),
+       rewrite=st.lists(st.sampled_from(FACT_PIECES), max_size=12).map("".join))
+def test_the_checker_reports_what_the_plain_check_reports(original: str, rewrite: str) -> None:
+    # the windows, the hand-overs, the forms read once, the lazy model index change nothing
+    assert new_facts(original, rewrite) == plain_new_facts(original, rewrite)
+
+
+@pytest.mark.parametrize(("original", "rewrite"), [
+    ("KG30 kettle", "KG..3"),  # a model number of one part (`KG`, the body stops at `..`)
+    ("sİx1.5lb45", "sİx1.5"),  # a model number with a letter `re` folds beyond ASCII
+])
+def test_a_shorter_model_number_is_found_among_the_stated_ones_part_by_part(original: str, rewrite: str) -> None:
+    assert new_facts(original, rewrite) == []
 
 
 def test_a_letter_that_folds_to_a_number_word_is_no_number() -> None:

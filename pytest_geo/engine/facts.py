@@ -417,12 +417,11 @@ class _Stated:
 
     @cached_property
     def model_runs(self) -> set[str]:
-        """Runs of two or more whole parts of each model number (`XM5`, `1000XM` of
-        `WH-1000XM5`); one part alone, all letters or all digits, is no model number."""
+        """Runs of whole parts of each model number (`XM5`, `1000XM` of `WH-1000XM5`)."""
         runs: set[str] = set()
         for unit in self.models:
             parts = _model_parts(unit)
-            runs.update("".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 2, len(parts) + 1))
+            runs.update("".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
         return runs
 
     def supports(self, fact: Fact) -> bool:
@@ -435,7 +434,7 @@ class _Stated:
         if fact.kind == "model":
             # a shorter form of a stated model number (`XM5` of `WH-1000XM5`), in whole
             # parts only: `X100` is not `X1000`
-            return ("model", fact.unit) in self.labels or fact.unit in self.model_runs
+            return ("model", fact.unit) in self.labels or "".join(_model_parts(fact.unit)) in self.model_runs
         return (fact.kind, fact.unit) in self.labels
 
     def _converted(self, fact: Fact) -> bool:
