@@ -421,7 +421,12 @@ class _Stated:
         runs: set[str] = set()
         for unit in self.models:
             parts = _model_parts(unit)
-            runs.update("".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1))
+            for start, first in enumerate(parts):
+                run = first
+                runs.add(run)
+                for part in parts[start + 1:]:
+                    run += part
+                    runs.add(run)
         return runs
 
     def supports(self, fact: Fact) -> bool:
