@@ -310,4 +310,4 @@ def test_a_report_path_under_a_file_is_a_usage_error_at_start(pytester: pytest.P
     (pytester.path / "rows.jsonl").write_text(ROW % "ok1")
     result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-html", "rows.jsonl/r.html")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --geo-html: cannot write rows.jsonl/r.html: no write access to *rows.jsonl"])
+    result.stderr.fnmatch_lines(["ERROR: --geo-html: cannot write rows.jsonl/r.html: *rows.jsonl is not a directory"])

@@ -271,7 +271,9 @@ def check_report_paths(config: pytest.Config) -> None:
         parent = path.parent
         while not parent.exists() and parent != parent.parent:  # written with its missing directories
             parent = parent.parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        if not parent.is_dir():
+            raise pytest.UsageError(f"{flag}: cannot write {value}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
             raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
 
 
