@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
@@ -286,7 +287,7 @@ def _window_matches(text: str, start: int, end: int) -> list[tuple[str, str]]:
         inside, outside = run.start() + MAX_MATCH, run.end() - MAX_MATCH  # only numbers start here
         head = list(PATTERN.finditer(text, at, inside + 2 * MAX_MATCH))
         number_from = _handover(head, inside, inside + MAX_MATCH)
-        found += [(_KIND[m.lastgroup or ""], m[0]) for m in head if m.start() < number_from]
+        found += _named(m for m in head if m.start() < number_from)
         # the numbers as strings (no match objects: a megabyte holds half a million), up
         # to a character no number covers, else up to a hand-over found from the positions
         # of the last ones
@@ -300,8 +301,13 @@ def _window_matches(text: str, start: int, end: int) -> list[tuple[str, str]]:
             at = _handover(last, outside - 2 * LONGEST_NUMBER, outside - LONGEST_NUMBER)
             del numbers[len(numbers) - sum(m.start() >= at for m in last):]
         found += zip(repeat("number", len(numbers)), numbers, strict=True)
-    found += [(_KIND[m.lastgroup or ""], m[0]) for m in PATTERN.finditer(text, at, end)]
+    found += _named(PATTERN.finditer(text, at, end))
     return found
+
+
+def _named(matches: Iterable[re.Match[str]]) -> list[tuple[str, str]]:
+    """(kind, text) of each of PATTERN's matches."""
+    return [(_KIND[m.lastgroup or ""], m[0]) for m in matches]
 
 
 def _handover(matches: list[re.Match[str]], zone_start: int, zone_end: int) -> int:
@@ -350,18 +356,20 @@ def _matches(text: str) -> list[tuple[str, str]]:
     return list(chain.from_iterable(block for _, block in blocks))
 
 
+def _written_forms(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of every match, in order, then of every claim word."""
+    return [*_matches(text), *(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text))]
+
+
 def _forms(text: str) -> dict[tuple[str, str], None]:
-    """(kind, text) of each match and claim word once, in order of first appearance:
-    repeated text (a number a thousand times) costs a set lookup, not a parse."""
-    forms = dict.fromkeys(_matches(text))
-    forms.update(dict.fromkeys(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text)))
-    return forms
+    """Each written form once, in order of first appearance: repeated text (a number a
+    thousand times) costs a set lookup, not a parse."""
+    return dict.fromkeys(_written_forms(text))
 
 
 def extract_facts(text: str) -> list[Fact]:
     """Every checkable fact in `text`, in order of appearance (claim words last)."""
-    forms = [*_matches(text), *(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text))]
-    return [fact for kind, written in forms for fact in _facts_of(kind, written)]
+    return [fact for kind, written in _written_forms(text) for fact in _facts_of(kind, written)]
 
 
 TOLERANCE = 0.03  # another unit of the same kind: within 3% of the stated quantity
