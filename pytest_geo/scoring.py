@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
+from pytest_geo.text import shorten
+
 
 @dataclass(frozen=True)
 class Score:
@@ -48,8 +50,7 @@ def normalize(returned: Any) -> Score:
 
 
 def shorten_repr(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(repr(value), limit)
 
 
 @dataclass(frozen=True)

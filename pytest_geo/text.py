@@ -17,6 +17,11 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, the last three `...` when it was longer."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def printable(text: str) -> str:
     """`text` with every control character written as its escape (`\\x0a`, `\\x1b`)."""
     return _CONTROL.sub(_escape, text)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pytest_geo.data.files import open_regular
 from pytest_geo.data.schemas import error_path, first_error, validator
-from pytest_geo.text import printable
+from pytest_geo.text import printable, shorten
 
 if TYPE_CHECKING:
     import jsonschema
@@ -83,10 +83,6 @@ def _validator() -> jsonschema.protocols.Validator:
     return validator("geo_row.schema.json")
 
 
-def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _where(error: jsonschema.ValidationError) -> str:
     return error_path(error, "row")
 
@@ -111,7 +107,7 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
         return f"{where}: must not be empty"
     if error.validator == "pattern" and isinstance(error.instance, str) and not error.instance.strip():
         return f"{where}: must not be blank (only whitespace)"
-    return f"{where}: {shorten(error.message)}"
+    return f"{where}: {shorten(error.message, MAX_MESSAGE)}"
 
 
 class TargetChooser:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from pytest_geo.text import shorten
+
 FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
 
@@ -58,7 +60,7 @@ def _objects_in(text: str) -> Iterator[dict[str, Any]]:
 
 def _preview(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
-    return repr(flat if len(flat) <= limit else flat[: limit - 3] + "...")
+    return repr(shorten(flat, limit))
 
 
 def _id_text(value: Any) -> str:

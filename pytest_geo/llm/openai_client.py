@@ -18,6 +18,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.text import shorten
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_HEADER = "x-stainless-retry-count"
@@ -185,7 +186,7 @@ class OpenAIChatClient:
         if self._secret:
             flat = flat.replace(self._secret, "[key]")
         flat = KEY_LIKE.sub("[key]", flat)
-        return flat if len(flat) <= MAX_DETAIL else flat[: MAX_DETAIL - 3] + "..."
+        return shorten(flat, MAX_DETAIL)
 
     async def aclose(self) -> None:
         await self._client.close()

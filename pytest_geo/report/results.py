@@ -11,6 +11,7 @@ from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.scoring import Summary, summarize
+from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
     from pytest_geo.report.gates import GateFailure
@@ -98,7 +99,7 @@ def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
     for entry in entries:
         if len("; ".join([*shown, entry])) > limit and shown:
             break
-        shown.append(entry if len(entry) <= limit else entry[: limit - 3] + "...")
+        shown.append(shorten(entry, limit))
     left = len(entries) - len(shown)
     return "; ".join(shown) + (f"; ... ({left} more)" if left else "")
 

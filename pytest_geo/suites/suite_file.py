@@ -12,6 +12,7 @@ from pytest_geo.data.files import open_regular
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.data.schemas import error_path, validator
 from pytest_geo.suites.suite import Suite, SuiteError
+from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
     import jsonschema
@@ -39,7 +40,7 @@ def _problem(error: jsonschema.ValidationError) -> str:
         return f"{error.instance!r} is not a module:function path"
     if error.validator == "oneOf" and field == "metric":
         return "give exactly one of builtin or function"
-    return error.message if len(error.message) < 160 else error.message[:157] + "..."
+    return shorten(error.message, 160)
 
 
 def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]:
