@@ -215,6 +215,13 @@ PLAIN_PATTERN = re.compile(
     """,
     re.VERBOSE | re.IGNORECASE,
 )
+
+
+def plain_facts(text: str) -> list[Fact]:
+    """The facts of every match of the plain pattern over the whole text."""
+    return [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
+
+
 PIECES = [*"a1 -.,x$€£¥kgCE2TWOtwo ISO%\n\t_\"°", " per cent", "RoHS", "TÜV", " kg", " x ", "USD", "US$", "eur", "1st",
           "WH-1000XM5", "IP", "by", "to", "mAh",
           "K", "ſ", "İ", "sİx", "²", "٣",  # case folding beyond ASCII, digits beyond ASCII
@@ -224,8 +231,7 @@ PIECES = [*"a1 -.,x$€£¥kgCE2TWOtwo ISO%\n\t_\"°", " per cent", "RoHS", "TÜ
 @settings(max_examples=400, deadline=None)
 @given(text=st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
 def test_the_window_scan_finds_what_the_plain_pattern_finds_in_the_whole_text(text: str) -> None:
-    whole = [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
-    assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == whole
+    assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == plain_facts(text)
 
 
 @pytest.mark.parametrize("text", [
@@ -239,16 +245,14 @@ def test_the_window_scan_finds_what_the_plain_pattern_finds_in_the_whole_text(te
     "-" * 900 + ",1.5,2,_" * 100 + "a",
 ])
 def test_the_hand_over_points_keep_the_whole_text_reading(text: str) -> None:
-    whole = [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
-    assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == whole
+    assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == plain_facts(text)
 
 
 def plain_new_facts(original: str, rewrite: str) -> list[str]:
     """The check as first written: every fact of both texts read with the plain pattern
     over the whole text, every fact of the rewrite looked up."""
     def facts(text: str) -> list[Fact]:
-        found = [f for m in PLAIN_PATTERN.finditer(text) for f in _facts_of(m.lastgroup or "", m.group())]
-        return found + [f for m in CLAIM_PATTERN.finditer(text) for f in _facts_of("claim", m.group())]
+        return plain_facts(text) + [f for m in CLAIM_PATTERN.finditer(text) for f in _facts_of("claim", m.group())]
     stated = _Stated.of(facts(original))
     reported: list[str] = []
     seen: set[tuple[str, object, str]] = set()
