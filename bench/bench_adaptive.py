@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import urllib.request
@@ -60,7 +59,6 @@ def main() -> None:
     parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency shown beside auto")
     parser.add_argument("--repeat", type=int, default=3, help="unlimited runs of each; the medians count")
     args = parser.parse_args()
-    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     limits = ["--rate", str(args.rate), "--max-in-flight", str(args.max_in_flight)]
     with tempfile.TemporaryDirectory() as tmp:
         batch = kettle_rows(args.calls // CALLS_PER_ROW, Path(tmp))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -112,7 +111,6 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each, alternated; the medians count")
     args = parser.parse_args()
-    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
             batch = kettle_rows(args.rows, Path(tmp))

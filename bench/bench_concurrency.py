@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import tempfile
 import urllib.request
@@ -45,7 +44,6 @@ def main() -> None:
     parser.add_argument("--sequential-rows", type=int, default=40, help="rows for the C=1 run (scaled to --rows)")
     parser.add_argument("--repeat", type=int, default=3, help="concurrent runs; the median counts")
     args = parser.parse_args()
-    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
             batch = kettle_rows(args.rows, Path(tmp))

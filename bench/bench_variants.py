@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import urllib.request
@@ -65,7 +64,6 @@ def main() -> None:
     parser.add_argument("--variants", type=int, nargs="+", default=[1, 3, 5])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each way; the median wall counts")
     args = parser.parse_args()
-    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     with fake_server(args.latency) as url:
         with tempfile.TemporaryDirectory() as tmp:
             rows = kettle_rows(args.rows, Path(tmp))

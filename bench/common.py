@@ -11,6 +11,7 @@ and they import this module as `common`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -51,7 +52,9 @@ def fake_server(latency: float, *extra_args: str) -> Iterator[str]:
     """Run `tests/fake_openai.py --latency L [extra_args]` (e.g. its rate-limit flags
     `--rate`, `--max-in-flight`, `--rate-headers`) in its own process; yield its base URL,
     `http://127.0.0.1:{port}/v1`. Exits loudly if the first line it prints is not a port;
-    terminates and reaps the process on the way out."""
+    terminates and reaps the process on the way out. The server takes any key: a dummy one
+    is set for the clients the bench builds when the environment has none."""
+    os.environ.setdefault("OPENAI_API_KEY", "bench-dummy")
     process = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--latency", str(latency), *extra_args],
                                stdout=subprocess.PIPE, text=True)
     try:
