@@ -16,13 +16,22 @@ class ChatRequest:
     ``context`` holds the structured values the prompt was rendered from (query,
     candidates, description, ...). Real backends ignore it and it is never part of a
     cache key; the offline mock answers from it instead of parsing the prompt text.
+
+    The generation settings below say what the caller wants, not what is sent: the
+    request profile of the model (llm/profiles.py) maps them onto the parameters that
+    model accepts (``temperature`` None: the server's default; ``max_output_tokens`` as
+    ``max_tokens`` or ``max_completion_tokens``; ``response_schema``, a JSON Schema named
+    by its ``title``, as a strict ``json_schema`` response format).
     """
 
     role: str
     model: str
     messages: Sequence[Message]
-    temperature: float = 0.0
+    temperature: float | None = 0.0
     context: Mapping[str, Any] = field(default_factory=dict)
+    max_output_tokens: int | None = None
+    response_schema: Mapping[str, Any] | None = None
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class ChatResponse:
     cached: bool = False
     retries: int = 0
     batch: bool = False  # answered through the Batch API (billed at batch prices)
+    finish_reason: str | None = None  # "length": the output-token cap cut the answer
 
 
 class ModelError(Exception):
