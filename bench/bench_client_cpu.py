@@ -34,6 +34,7 @@ from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.openai_client import OpenAIChatClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.settings import Settings
 
 
@@ -79,7 +80,7 @@ def cpu(run: Callable[[], object]) -> float:
 
 
 def engine(settings: Settings, client: object, batch: list[GeoRow]) -> None:
-    session = GeoSession(settings, client)  # type: ignore[arg-type]
+    session = GeoSession(settings, build_stack(settings, client))  # type: ignore[arg-type]
     try:
         outcomes = session.evaluate(batch)
     finally:

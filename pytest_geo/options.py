@@ -9,7 +9,11 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pytest_geo.settings import AUTO, SPLITS
+from pytest_geo.settings import AUTO, SPLITS, STRUCTURED_MODES
+
+# OpenAI's levels (minimal: gpt-5; none and xhigh: the gpt-5.x line); llm/profiles.py
+# sends the level to the models that take it.
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 N = TypeVar("N", int, float)
 
@@ -90,6 +94,18 @@ def progress_mode(text: str) -> str:
     modes = ("auto", "on", "off")
     if text not in modes:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(modes)}")
+    return text
+
+
+def reasoning_effort(text: str) -> str:
+    if text not in REASONING_EFFORTS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(REASONING_EFFORTS)}")
+    return text
+
+
+def structured_mode(text: str) -> str:
+    if text not in STRUCTURED_MODES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(STRUCTURED_MODES)}")
     return text
 
 

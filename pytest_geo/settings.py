@@ -3,6 +3,7 @@ and `build_settings` turns what a user gave (flags, ini, environment) into one o
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -18,6 +19,14 @@ DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256
 AUTO = "auto"
 DEFAULT_TIMEOUT = 60.0
+TIMEOUT_ENV = "OPENAI_TIMEOUT_SECONDS"  # the E-GEO harness's variable: used when no flag or ini gives one
+# A server on this machine or a private network is often a CPU model answering one call
+# at a time in seconds to minutes: a long timeout, and auto concurrency starting at one
+# row (it grows while calls come back as fast, engine/adaptive.py) up to a few.
+LOCAL_TIMEOUT = 600.0
+LOCAL_START_CONCURRENCY = 1
+LOCAL_MAX_CONCURRENCY = 8
+STRUCTURED_MODES = ("auto", "on", "off")
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
 MODEL_ENV = {"ranker": "RANKER_MODEL", "rewriter": "REWRITER_MODEL", "optimizer": "META_MODEL"}
@@ -85,9 +94,14 @@ class Settings:
     seed: int = DEFAULT_SEED
     prompts_dir: Path = field(default_factory=find_prompts_dir)
     models: dict[str, str] = field(default_factory=lambda: {r: default_model(r) for r in ROLES})
-    temperature: float = 0.0
+    # None: not set, so each model gets its profile's choice (0 for chat models, none for
+    # reasoning models, llm/profiles.py); a number set by the user is sent as it is.
+    temperature: float | None = None
+    reasoning_effort: str | None = None  # --geo-reasoning-effort, for models that take it
+    structured: str = "auto"  # --geo-structured: ask for JSON Schema answers (auto, on, off)
     base_url: str | None = None
     timeout: float = DEFAULT_TIMEOUT
+    start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
     # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
     concurrency: int | None = None
@@ -125,4 +139,36 @@ def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | 
     for role, model in (models or {}).items():
         if model:
             settings.models[role] = model
+    local = not settings.mock and server_is_local(settings.base_url)
+    if given.get("timeout") is None:
+        settings.timeout = timeout_from_env() or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
+    if local:
+        settings.start_concurrency = LOCAL_START_CONCURRENCY
+        if given.get("max_concurrency") is None:
+            settings.max_concurrency = LOCAL_MAX_CONCURRENCY
     return settings
+
+
+class SettingError(ValueError):
+    """A setting from the environment that cannot be used; the message names it."""
+
+
+def timeout_from_env(environ: Mapping[str, str] | None = None) -> float | None:
+    raw = (environ if environ is not None else os.environ).get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise SettingError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds above 0")
+    return value
+
+
+def server_is_local(base_url: str | None) -> bool:
+    """The run's server (the URL given, else OPENAI_BASE_URL) is on this machine or a
+    private network."""
+    from pytest_geo.llm.factory import local_host
+
+    return local_host(base_url or os.environ.get("OPENAI_BASE_URL")) is not None

@@ -20,6 +20,7 @@ from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.settings import Settings
 
 # The mock rewriter adds the signal its ranker rewards; a template saying KEEP makes it
@@ -338,7 +339,7 @@ def _variant_rows(tmp_path: Path, variants: list[str]) -> tuple[Settings, list[G
 def test_shared_ranks_are_dropped_once_every_variant_ended(tmp_path: Path) -> None:
     settings, rows = _variant_rows(tmp_path, ["keep", "signal"])
     client = _Keep()
-    session = GeoSession(settings, client)
+    session = GeoSession(settings, build_stack(settings, client))
     try:
         outcomes = session.evaluate(rows)
         assert len(session.shared_ranks) == 0  # nothing kept after the run
@@ -354,7 +355,7 @@ def test_rank_before_is_shared_when_variants_start_apart(tmp_path: Path) -> None
     settings, rows = _variant_rows(tmp_path, ["keep", "signal"])
     settings.concurrency = 1
     client = _Keep()
-    session = GeoSession(settings, client)
+    session = GeoSession(settings, build_stack(settings, client))
     try:
         session.evaluate(rows[::2] + rows[1::2])  # every row's keep, then every row's signal
         assert len(session.shared_ranks) == 0

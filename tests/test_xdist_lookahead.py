@@ -21,6 +21,7 @@ from conftest import PROMPTS, GeoProject, geo_rows
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.pytest_layer.lookahead import WorkerLookahead, worker_queue_lock
 from pytest_geo.settings import Settings
 
@@ -28,6 +29,11 @@ xdist_remote = pytest.importorskip("xdist.remote")
 execnet = pytest.importorskip("execnet")
 
 QUERY = re.compile(r"^(?:Shopper query|Query): red kettle number (\d+)$", re.MULTILINE)
+
+
+def session_over(client: MockClient, concurrency: int) -> GeoSession:
+    settings = Settings(prompts_dir=PROMPTS, concurrency=concurrency)
+    return GeoSession(settings, build_stack(settings, client))
 
 
 def row_of(body: dict[str, Any]) -> int:
@@ -172,7 +178,7 @@ def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> 
     assert worker_queue_lock(config_with(SimpleNamespace(torun=SimpleNamespace(lock=lambda: nullcontext([]))))) is None
     assert worker_queue_lock(config_with(SimpleNamespace(queue=queue))) is None
 
-    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=4), MockClient())
+    geo = session_over(MockClient(), concurrency=4)
     try:
         WorkerLookahead(geo, rows, None).before(rows[0], rows[1])
         assert [geo.scheduled(item.row) is not None for item in rows] == [True, True] + [False] * 6
@@ -181,7 +187,7 @@ def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> 
 
 
 def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.Item]) -> None:
-    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
+    geo = session_over(MockClient(), concurrency=2)  # 4 rows ahead
     scheduled: list[int] = []
     schedule_many = geo.schedule_many
 

@@ -242,12 +242,13 @@ class FixedConcurrency:
 Controller = AdaptiveConcurrency | FixedConcurrency
 
 
-def controller_for(fixed: int | None, maximum: int, batch: bool = False) -> Controller:
+def controller_for(fixed: int | None, maximum: int, batch: bool = False, start: int = START) -> Controller:
     """The run's row and request limiters, under the controller --geo-concurrency asks
-    for: a number fixes them, None (auto) adapts them; under --geo-batch every row runs
-    at once, since a round holds every row that can ask."""
+    for: a number fixes them, None (auto) adapts them from `start` rows; under
+    --geo-batch every row runs at once, since a round holds every row that can ask."""
     if batch:
         return FixedConcurrency(Limiter(BATCH_ROWS), Limiter(BATCH_ROWS), BATCH_ROWS, mode="batch")
     if fixed is None:
-        return AdaptiveConcurrency(Limiter(START), Limiter(REQUESTS_PER_ROW * START), maximum)
+        start = max(1, min(start, maximum))
+        return AdaptiveConcurrency(Limiter(start), Limiter(REQUESTS_PER_ROW * start), maximum, start)
     return FixedConcurrency(Limiter(fixed), Limiter(REQUESTS_PER_ROW * fixed), fixed)

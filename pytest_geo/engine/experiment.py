@@ -138,7 +138,7 @@ class GeoEngine:
         prompts: PromptSet,
         client: ChatClient,
         models: Mapping[str, str],
-        temperature: float = 0.0,
+        temperature: float | None = None,
         reasks: int = DEFAULT_REASKS,
         strict_facts: bool = False,
     ) -> None:

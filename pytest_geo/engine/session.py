@@ -8,7 +8,7 @@ import functools
 from collections.abc import Awaitable, Iterable
 
 from pytest_geo.data.dataset import GeoRow, RowKey
-from pytest_geo.engine.adaptive import ConcurrencyStats, controller_for
+from pytest_geo.engine.adaptive import ConcurrencyStats
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
@@ -18,28 +18,15 @@ from pytest_geo.engine.experiment import (
 )
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
 from pytest_geo.engine.prompts import PromptSet, load_prompts
-from pytest_geo.engine.runner import BoundedClient, Runner
+from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.engine.variants import load_variants
 from pytest_geo.llm.base import ChatClient
-from pytest_geo.llm.breaker import Breaker
-from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache
-from pytest_geo.llm.prices import price_table
-from pytest_geo.llm.usage import UsageClient, UsageTable
+from pytest_geo.llm.stack import ClientStack, build_stack
+from pytest_geo.llm.usage import UsageTable
 from pytest_geo.settings import Settings
 
-MIN_CONSECUTIVE_FAILURES = 8
-
 Outcome = GeoOutcome | RepeatedOutcome
-
-
-def batch_client(backend: ChatClient, settings: Settings) -> ChatClient:
-    """The backend behind the Batch API; batch ids are kept beside the answer cache."""
-    from pytest_geo.llm.batch import BatchClient
-
-    if not hasattr(backend, "sdk"):
-        raise ClientSetupError("--geo-batch needs the OpenAI client (a key, not the mock or a custom client)")
-    return BatchClient(backend, settings.cache_dir if settings.use_cache else None)
 
 
 class GeoSession:
@@ -50,31 +37,15 @@ class GeoSession:
     Rows are keyed by where they come from (dataset path and line), never by a name: two
     rows can share a query id, never a line."""
 
-    def __init__(self, settings: Settings, client: ChatClient | None = None) -> None:
+    def __init__(self, settings: Settings, stack: ClientStack | None = None) -> None:
+        """`stack`: the client stack (llm/stack.py) the rows call; by default the one the
+        settings describe."""
         self.settings = settings
-        backend = client or build_client(settings)
-        if settings.batch and not settings.mock:  # the mock answers at once: nothing to batch
-            backend = batch_client(backend, settings)
-        # Usage(Cache(Bounded(backend))): a cache hit never waits for a request slot.
-        # `concurrency` counts rows; a row makes at most two calls at once (rank_before and
-        # the rewrite), so 2N request slots never hold a plain row back, and they still
-        # bound --geo-repeats (K experiments per row) and anything else sharing the client.
-        # Under --geo-concurrency auto the controller resizes both as the server answers.
-        batching = settings.batch and not settings.mock
-        self.concurrency = controller_for(settings.concurrency, settings.max_concurrency, batch=batching)
-        observe = getattr(backend, "observe_responses", None)
-        if callable(observe):  # backends that see HTTP responses report status and headers
-            observe(self.concurrency.observe)
-        bounded = BoundedClient(backend, self.concurrency.requests, on_success=self.concurrency.call_succeeded)
-        # Cache(Breaker(...)): cached answers are served even when the server is down.
-        # The breaker trips after as many consecutive failed calls as there are request
-        # slots at the start (each already retried): every call in flight failed, then as
-        # many again.
-        self.breaker = Breaker(bounded, getattr(backend, "base_url", None),
-                               consecutive=max(MIN_CONSECUTIVE_FAILURES, self.concurrency.requests.limit))
-        prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
-        self.usage = UsageClient(with_cache(self.breaker, backend, settings), prices)
-        self.client: ChatClient = self.usage
+        self.stack = stack or build_stack(settings)
+        self.concurrency = self.stack.concurrency
+        self.breaker = self.stack.breaker
+        self.usage = self.stack.usage
+        self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
         self.rows = RowTracker()  # rows started, finished and errored, for the progress line
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
@@ -176,6 +147,10 @@ class GeoSession:
     def row_limit(self) -> int:
         """Rows allowed in flight now (moves under --geo-concurrency auto)."""
         return self.runner.slots.limit
+
+    def request_changes(self) -> list[dict[str, object]]:
+        """What the server refused and how requests changed (llm/healing.py), as plain data."""
+        return self.stack.healing.lessons_json()
 
     def concurrency_stats(self) -> ConcurrencyStats:
         """The concurrency reached and the 429s seen. Read it after `close`."""

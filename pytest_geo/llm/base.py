@@ -19,7 +19,9 @@ class ChatRequest:
 
     The generation settings below say what the caller wants, not what is sent: the
     request profile of the model (llm/profiles.py) maps them onto the parameters that
-    model accepts (``temperature`` None: the server's default; ``max_output_tokens`` as
+    model accepts (``temperature`` None: none set, so the profile's choice: 0 for chat
+    models, for repeatable answers, and nothing for reasoning models, which take only
+    their own default; ``max_output_tokens`` as
     ``max_tokens`` or ``max_completion_tokens``; ``response_schema``, a JSON Schema named
     by its ``title``, as a strict ``json_schema`` response format).
     """
@@ -57,6 +59,15 @@ class ModelError(Exception):
         self.retries = retries
         self.fatal = fatal
         self.transport = transport or fatal is not None
+
+
+class RequestRefused(ModelError):
+    """The server refused the request as sent (HTTP 400): `refusal` holds its error object
+    (message, param, code), which llm/profiles.py reads for a change that fixes it."""
+
+    def __init__(self, message: str, refusal: Any, retries: int = 0) -> None:
+        super().__init__(message, retries=retries)
+        self.refusal = refusal
 
 
 class ServerUnusable(ModelError):

@@ -33,6 +33,7 @@ from typing import Any
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import cache_key
+from pytest_geo.llm.profiles import sent_body
 
 # Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
 # procedures ("procedure") are called one item at a time, so a round would hold one
@@ -138,8 +139,7 @@ class BatchClient:
     async def _submit(self, calls: dict[str, _Call]) -> str:
         lines = "".join(
             json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT,
-                        "body": {"model": call.request.model, "messages": [dict(m) for m in call.request.messages],
-                                 "temperature": call.request.temperature}}, ensure_ascii=False) + "\n"
+                        "body": sent_body(call.request)}, ensure_ascii=False) + "\n"
             for key, call in calls.items()
         )
         uploaded = await self.sdk.files.create(file=("pytest-geo-batch.jsonl", lines.encode("utf-8")), purpose="batch")

@@ -4,13 +4,17 @@ Fail fast: until one call has succeeded, a fatal failure (connection refused, un
 host, a refused key, an unknown model) means every call will fail the same way. Circuit
 breaker: after a run of consecutive failed calls (each already retried), the server is
 down. Either way the breaker trips: calls are no longer sent, they raise ServerUnusable
-at once, and the rows they belong to count as not run."""
+at once, and the rows they belong to count as not run. A request the server refuses as
+sent (HTTP 400) and no change of parameters fixes (llm/healing.py says which) trips it
+too when the first calls all get one: every call is built the same way."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
+
+FIRST_REFUSALS = 3  # unfixable 400s before any success that stop the run
 
 
 class Breaker:
@@ -21,6 +25,7 @@ class Breaker:
         self.failures = 0
         self.succeeded = False
         self.tripped: str | None = None  # why calls are no longer sent: one message for the run
+        self.refusals = 0  # unfixable 400s while no call has succeeded
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         if self.tripped is not None:
@@ -41,6 +46,19 @@ class Breaker:
         self.succeeded = True
         self.failures = 0
         return response
+
+    def refused(self, request: ChatRequest, exc: ModelError, why: str, always: bool = False) -> None:
+        """A call the server refused and no change fixes (llm/healing.py): the run stops
+        when no call has succeeded before FIRST_REFUSALS of them, or at once (`always`:
+        a refusal the user said must fail the run). The call then raises ServerUnusable."""
+        if self.tripped is not None:
+            raise ServerUnusable(self.tripped) from None
+        if self.succeeded and not always:
+            return
+        self.refusals += 1
+        if always or self.refusals >= FIRST_REFUSALS:
+            self.tripped = f"cannot use {self.host} for model {request.model}: {why} ({exc})"
+            raise ServerUnusable(self.tripped) from None
 
     async def aclose(self) -> None:
         await self.inner.aclose()

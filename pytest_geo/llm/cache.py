@@ -9,7 +9,8 @@ leave a torn entry under a final name; a temp file is never read (a killed write
 removed by the next run once it is an hour old), and an entry that cannot be read or
 parsed is treated as a miss and overwritten.
 
-The key covers the base URL, the model, the messages and the sampling parameters. It
+The key covers the base URL and the body as sent (model, messages and every parameter
+the model's profile sent, after any change a refusal taught: llm/healing.py). It
 never includes the API key (answers do not depend on it, and keys must not reach disk)
 nor `ChatRequest.context` (the mock's input, not what a server sees). Errors are not
 cached: only answers that came back are written.
@@ -25,21 +26,18 @@ from typing import Any
 
 from pytest_geo.data.files import open_regular, write_text_atomic
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
+from pytest_geo.llm.profiles import sent_body
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: keyed on the body as sent
 STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
 MAX_ENTRY_BYTES = 8 << 20  # an answer is kilobytes; anything larger is not ours
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
+    """The request as sent (its body: model, messages and every parameter, llm/profiles.py)
+    to the server named by `namespace`."""
     canonical = json.dumps(
-        {
-            "format": CACHE_FORMAT,
-            "base_url": namespace,
-            "model": request.model,
-            "messages": [dict(m) for m in request.messages],
-            "sampling": {"temperature": request.temperature},
-        },
+        {"format": CACHE_FORMAT, "base_url": namespace, "body": sent_body(request)},
         sort_keys=True,
         ensure_ascii=False,
         separators=(",", ":"),

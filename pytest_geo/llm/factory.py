@@ -51,7 +51,7 @@ class ClientSetupError(Exception):
 PLACEHOLDER_KEY = "sk-no-key-local-server"
 
 
-def _local_host(url: str | None) -> str | None:
+def local_host(url: str | None) -> str | None:
     """The host when `url` points to this machine or a private network, else None."""
     try:
         host = urlsplit(url if url and "//" in url else f"//{url or ''}").hostname
@@ -72,7 +72,7 @@ def placeholder_key_host(settings: Settings) -> str | None:
     """The local server a placeholder key goes to, when the run has no key of its own."""
     if settings.mock or os.environ.get("OPENAI_API_KEY", "").strip():
         return None
-    return _local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
+    return local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
 def build_client(settings: Settings) -> ChatClient:

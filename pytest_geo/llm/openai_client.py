@@ -17,12 +17,14 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
-from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
+from pytest_geo.llm.profiles import Refusal, sent_body
 from pytest_geo.text import shorten
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_HEADER = "x-stainless-retry-count"
 MAX_DETAIL = 120
+MAX_REFUSAL = 1000  # a 400's message, read for the parameter it names
 KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
 # In answers, which are prose: only what looks like an OpenAI-style secret key
 # (`key-ring` and `token-based` are words there, not secrets).
@@ -112,6 +114,10 @@ class OpenAIChatClient:
         except openai.APIError as exc:
             retries = _retries(attempts)
             failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
+            if isinstance(exc, openai.APIStatusError) and exc.status_code == 400:
+                refusal = Refusal.from_body(exc.body)
+                scrubbed = Refusal(self.scrub(refusal.message, MAX_REFUSAL), refusal.param, refusal.code)
+                raise RequestRefused(failure, scrubbed, retries=retries) from None
             raise ModelError(failure, retries=retries, fatal=_fatal(exc), transport=_transport(exc)) from None
         finally:
             try:
@@ -137,8 +143,7 @@ class OpenAIChatClient:
         # and was the largest CPU cost per call (our messages are plain text).
         completion = await (client or self._client).post(
             "/chat/completions",
-            body={"model": request.model, "messages": [dict(m) for m in request.messages],
-                  "temperature": request.temperature},
+            body=sent_body(request),
             cast_to=ChatCompletion,
         )
         self._reached = True
@@ -153,7 +158,7 @@ class OpenAIChatClient:
         except openai.APIError as exc:
             if isinstance(exc, openai.APIStatusError):
                 self._reached = True
-            if _fatal(exc) is not None or self.max_retries == 0:
+            if _fatal(exc) is not None or self.max_retries == 0 or _refused(exc):
                 raise
         return await self._post(request, self._client.with_options(max_retries=self.max_retries - 1))
 
@@ -180,13 +185,13 @@ class OpenAIChatClient:
             text = text.replace(self._secret, "[key]")
         return ANSWER_KEY_LIKE.sub("[key]", text)
 
-    def scrub(self, text: str) -> str:
+    def scrub(self, text: str, limit: int = MAX_DETAIL) -> str:
         """One line for an error message: the key and key-like tokens replaced, shortened."""
         flat = " ".join(text.split())
         if self._secret:
             flat = flat.replace(self._secret, "[key]")
         flat = KEY_LIKE.sub("[key]", flat)
-        return shorten(flat, MAX_DETAIL)
+        return shorten(flat, limit)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -210,6 +215,12 @@ def _fatal(exc: openai.APIError) -> str | None:
             return "cannot connect"
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _refused(exc: openai.APIError) -> bool:
+    """A request the server refused as sent (400, 422, ...): sending it again gets the
+    same answer (the SDK does not retry these either)."""
+    return isinstance(exc, openai.APIStatusError) and exc.status_code < 500 and exc.status_code not in (408, 409, 429)
 
 
 def _transport(exc: openai.APIError) -> bool:

@@ -13,6 +13,7 @@ from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import REWRITER_VARS, TEMPLATES
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
@@ -106,7 +107,7 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
     val = load_examples(options.val, "validation", settings.seed)
     check_budget(options.max_metric_calls, len(val))
     counter = counted_client(settings, client)
-    geo = GeoSession(settings, client=counter)
+    geo = GeoSession(settings, build_stack(settings, counter))
     try:
         required = tuple(sorted(TEMPLATES["rewriter_user.txt"][1]))
         meta = reflection(geo.engine, prompts_dir, required, sorted(REWRITER_VARS - set(required)))

@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
@@ -124,7 +125,7 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client:
                 f"but no eval suite is named {procedure.name!r}"
             )
     counter = counted_client(settings, client)
-    geo = GeoSession(settings, client=counter)
+    geo = GeoSession(settings, build_stack(settings, counter))
     try:
         for procedure in procedures:
             suite = suites[procedure.name]

@@ -18,8 +18,10 @@ from pytest_geo.options import (
     positive_float,
     positive_int,
     progress_mode,
+    reasoning_effort,
     share,
     split_mode,
+    structured_mode,
     temperature,
     variant,
 )
@@ -30,10 +32,15 @@ from pytest_geo.settings import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
+    LOCAL_MAX_CONCURRENCY,
+    LOCAL_START_CONCURRENCY,
+    LOCAL_TIMEOUT,
     MOCK_ENV,
     MODEL_ENV,
     PYTEST_CACHE,
     ROLES,
+    TIMEOUT_ENV,
+    SettingError,
     Settings,
     build_settings,
     find_prompts_dir,
@@ -43,6 +50,8 @@ from pytest_geo.settings import (
 VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "seed": ("geo_seed", "geo_seed", any_int),
     "temperature": ("geo_temperature", "geo_temperature", temperature),
+    "reasoning_effort": ("geo_reasoning_effort", "geo_reasoning_effort", reasoning_effort),
+    "structured": ("geo_structured", "geo_structured", structured_mode),
     "base_url": ("geo_base_url", "geo_base_url", str),
     "timeout": ("geo_timeout", "geo_timeout", positive_float),
     "concurrency": ("geo_concurrency", "geo_concurrency", concurrency),
@@ -76,19 +85,31 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--geo-{role}-model", metavar="MODEL", default=None,
                         help=f"model for the {role} role (ini: geo_{role}_model; env: {MODEL_ENV[role]}).")
     group.addoption("--geo-temperature", type=temperature, default=None, metavar="T",
-                    help="sampling temperature for every call (ini: geo_temperature; default: 0).")
+                    help="sampling temperature for every call (ini: geo_temperature; default: 0, and none "
+                         "for reasoning models such as o3 and gpt-5-mini, which take only their own).")
+    group.addoption("--geo-reasoning-effort", type=reasoning_effort, default=None,
+                    metavar="none|minimal|low|medium|high|xhigh",
+                    help="reasoning_effort sent to the models that take it (reasoning models, and models "
+                         "pytest-geo does not know) (ini: geo_reasoning_effort; default: the model's own).")
+    group.addoption("--geo-structured", type=structured_mode, default=None, metavar="auto|on|off",
+                    help="ask for answers matching a strict JSON Schema (response_format json_schema): auto "
+                         "(default) falls back to plain answers, once and said in the summary, when the server "
+                         "refuses it; on makes that refusal fail the run; off never asks (ini: geo_structured).")
     group.addoption("--geo-base-url", metavar="URL", default=None,
                     help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL).")
     group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
-                    help=f"timeout for each model call (ini: geo_timeout; default: {DEFAULT_TIMEOUT:g}).")
+                    help=f"timeout for each model call (ini: geo_timeout; env: {TIMEOUT_ENV}; default: "
+                         f"{DEFAULT_TIMEOUT:g}, {LOCAL_TIMEOUT:g} for a server on this machine or a private "
+                         "network).")
     group.addoption("--geo-concurrency", type=concurrency, default=None, metavar="N|auto",
                     help="most rows in flight at once; each makes at most 2 model calls at a time, so at "
-                         f"most 2N requests; 'auto' (the default) starts at {DEFAULT_CONCURRENCY}, raises it "
-                         "while calls succeed and cuts it on 429s, Retry-After and the x-ratelimit-* "
+                         f"most 2N requests; 'auto' (the default) starts at {DEFAULT_CONCURRENCY} "
+                         f"({LOCAL_START_CONCURRENCY} for a server on this machine or a private network), raises "
+                         "it while calls succeed and cuts it on 429s, Retry-After and the x-ratelimit-* "
                          "headers (ini: geo_concurrency).")
     group.addoption("--geo-max-concurrency", type=positive_int, default=None, metavar="N",
                     help="upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; "
-                         f"default: {DEFAULT_MAX_CONCURRENCY}).")
+                         f"default: {DEFAULT_MAX_CONCURRENCY}, {LOCAL_MAX_CONCURRENCY} for a local server).")
     group.addoption("--geo-batch", action="store_true", default=None,
                     help="send the rows' model calls through the OpenAI Batch API (about half the price; "
                          "rounds of one batch each, polled until done; answers land in the answer cache, and "
@@ -151,6 +172,8 @@ def add_options(parser: pytest.Parser) -> None:
     for role in ROLES:
         parser.addini(f"geo_{role}_model", f"model for the {role} role", default="")
     parser.addini("geo_temperature", "sampling temperature", default="")
+    parser.addini("geo_reasoning_effort", "reasoning_effort for the models that take it", default="")
+    parser.addini("geo_structured", "JSON Schema answers: auto, on or off", default="")
     parser.addini("geo_base_url", "OpenAI-compatible server URL", default="")
     parser.addini("geo_timeout", "timeout for each model call, in seconds", default="")
     parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests), or auto", default="")
@@ -201,7 +224,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["prices"] = _prices(config)
     given["variants"] = variant_paths(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
-    return build_settings(given, models)
+    try:
+        return build_settings(given, models)
+    except SettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _prices(config: pytest.Config) -> dict[str, Price]:

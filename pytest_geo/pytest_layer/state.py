@@ -60,13 +60,15 @@ def _start(config: pytest.Config) -> GeoSession:
     # checker's patterns) only in runs that use a model.
     from pytest_geo.engine.session import GeoSession
     from pytest_geo.llm.factory import ClientSetupError
+    from pytest_geo.llm.stack import build_stack
     from pytest_geo.pytest_layer.options import set_cache_location
     from pytest_geo.templates import PromptError
 
     settings = settings_of(config)
     set_cache_location(config, settings)
     try:
-        return GeoSession(settings, config.hook.pytest_geo_make_client(config=config, settings=settings))
+        client = config.hook.pytest_geo_make_client(config=config, settings=settings)
+        return GeoSession(settings, build_stack(settings, client))
     except (PromptError, ClientSetupError) as exc:
         raise pytest.UsageError(str(exc)) from None
 

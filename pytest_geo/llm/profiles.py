@@ -1,0 +1,185 @@
+"""What each model family accepts in a chat-completions request, and the JSON body sent.
+
+OpenAI documents two contracts for chat completions. Reasoning models (the o-series,
+`gpt-5`, `gpt-5-mini`, `gpt-5-nano`, and the gpt-5.x line when reasoning is on) take only
+their default temperature (any other value is refused: HTTP 400 `unsupported_value`),
+refuse `max_tokens` (`unsupported_parameter`: "Use 'max_completion_tokens' instead") and
+take `reasoning_effort`. Other models (gpt-4o, gpt-4.1, and what local servers such as
+llama.cpp, vLLM and Ollama serve) get today's parameters: `temperature` (0 unless the
+user set one, so reruns agree) and `max_tokens`.
+
+A table cannot know next month's models, so it is only the first guess: a 400 naming a
+parameter we sent becomes a `Lesson` (`lesson_for`), which llm/healing.py applies to
+every later request of that model (`apply_lessons`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_geo.llm.base import ChatRequest
+
+CHAT_TEMPERATURE = 0.0  # what chat models get when the user set none: repeatable answers
+TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
+FIXABLE_CODES = frozenset({"unsupported_value", "unsupported_parameter"})
+
+# Names as OpenAI serves them, after any provider prefix ("openai/gpt-5-mini"); a dated
+# snapshot ("o3-2025-04-16", "gpt-5-mini-2025-08-07") belongs to its family.
+_DATE = r"(?:-\d{4}-\d{2}-\d{2})?"
+REASONING = re.compile(rf"(?:o1|o3|o4)(?:-mini|-pro|-preview|-deep-research)?{_DATE}"
+                       rf"|gpt-5(?:-mini|-nano|-pro|-codex)?{_DATE}")
+GPT5_X = re.compile(r"gpt-5\.\d+(?:-[a-z0-9-]+)?")  # gpt-5.1, gpt-5.2-mini: reasoning on unless effort is "none"
+CHAT = re.compile(r"gpt-(?:3\.5|4|5-chat)[a-z0-9.-]*|chatgpt-[a-z0-9.-]*")
+
+
+def family(model: str, reasoning_effort: str | None = None) -> str:
+    """"reasoning", "chat" (OpenAI's other chat models) or "unknown" (any other name:
+    today's parameters, and reasoning_effort when the user asks for it)."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if REASONING.fullmatch(name):
+        return "reasoning"
+    if GPT5_X.fullmatch(name):
+        return "reasoning" if reasoning_effort not in (None, "none") else "gpt-5.x"
+    if CHAT.fullmatch(name):
+        return "chat"
+    return "unknown"
+
+
+def request_body(request: ChatRequest, structured: bool = True) -> dict[str, Any]:
+    """The JSON body the model's family accepts for `request`; `structured` False never
+    sends a response format (--geo-structured off)."""
+    kind = family(request.model, request.reasoning_effort)
+    body: dict[str, Any] = {"model": request.model, "messages": [dict(m) for m in request.messages]}
+    temperature = request.temperature
+    if temperature is None and kind != "reasoning":
+        temperature = CHAT_TEMPERATURE
+    if temperature is not None:
+        body["temperature"] = temperature
+    if request.max_output_tokens is not None:
+        token_param = "max_tokens" if kind in ("chat", "unknown") else "max_completion_tokens"
+        body[token_param] = request.max_output_tokens
+    if request.reasoning_effort is not None and kind != "chat":
+        body["reasoning_effort"] = request.reasoning_effort
+    if structured and request.response_schema is not None:
+        body["response_format"] = response_format(request.response_schema)
+    return body
+
+
+def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A strict `json_schema` response format named by the schema's title."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "answer"))[:64]
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": dict(schema), "strict": True}}
+
+
+@dataclass(frozen=True)
+class ShapedRequest(ChatRequest):
+    """A request with the body that is sent for it: what the cache keys on, what the
+    backend posts and what a Batch API line holds."""
+
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+
+def sent_body(request: ChatRequest) -> dict[str, Any]:
+    """The body a request is sent with: its shaped body, else the table's (a client used
+    without the healing layer above it)."""
+    if isinstance(request, ShapedRequest):
+        return dict(request.body)
+    return request_body(request)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An HTTP 400's error object: `{"error": {"message", "type", "param", "code"}}`."""
+
+    message: str
+    param: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def from_body(cls, body: object) -> Refusal:
+        """From the SDK's error body (the inner `error` object, or the whole body)."""
+        error = body.get("error", body) if isinstance(body, Mapping) else body
+        if not isinstance(error, Mapping):
+            return cls(str(error or ""))
+        param, code = error.get("param"), error.get("code")
+        return cls(str(error.get("message") or ""), param if isinstance(param, str) else None,
+                   code if isinstance(code, str) else None)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A parameter a server refused for a model: sent without it from now on, or under
+    the name the server asked for (`replacement`). `refused` is the value sent (for
+    `unsupported_value`), or None when the parameter itself was refused."""
+
+    model: str
+    param: str
+    replacement: str | None = None
+    refused: str | None = None
+
+    def text(self) -> str:
+        """One line for the summary, the header and the report."""
+        if self.replacement is not None:
+            return f"{self.model}: sent {self.replacement} instead of {self.param} (the server refused {self.param})"
+        why = f"the server refused {self.refused}" if self.refused is not None else "the server refused it"
+        return f"{self.model}: sent without {self.param} ({why})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"model": self.model, "param": self.param, "replacement": self.replacement,
+                "refused": self.refused, "text": self.text()}
+
+    @classmethod
+    def from_json(cls, data: object) -> Lesson | None:
+        if not isinstance(data, Mapping):
+            return None
+        model, param = data.get("model"), data.get("param")
+        replacement, refused = data.get("replacement"), data.get("refused")
+        if not isinstance(model, str) or not isinstance(param, str):
+            return None
+        return cls(model, param, replacement if isinstance(replacement, str) else None,
+                   refused if isinstance(refused, str) else None)
+
+
+QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_.\[\]]*)'")
+USE_INSTEAD = re.compile(r"[Uu]se '([A-Za-z_]+)' instead")
+UNTOUCHABLE = frozenset({"model", "messages"})  # a request without them is no request
+
+
+def lesson_for(refusal: Refusal, body: Mapping[str, Any]) -> Lesson | None:
+    """The change a 400 asks for, when it names a parameter we sent (its `param`, else a
+    quoted name in its message) with one of OpenAI's codes for a refused parameter, or no
+    code at all (servers other than OpenAI's); None when no change of ours can fix it."""
+    if refusal.code is not None and refusal.code not in FIXABLE_CODES:
+        return None
+    names = [refusal.param] if refusal.param else []
+    names += QUOTED.findall(refusal.message)
+    sent = next((top for name in names if (top := _top_level(name)) in body and top not in UNTOUCHABLE), None)
+    if sent is None:
+        return None
+    replacement = None
+    hint = USE_INSTEAD.search(refusal.message)
+    if hint is not None and hint.group(1) not in body and hint.group(1) not in UNTOUCHABLE:
+        replacement = hint.group(1)
+    refused = None
+    if refusal.code == "unsupported_value" and replacement is None:
+        value = body[sent]
+        refused = f"{value:g}" if isinstance(value, float) else str(value)
+    return Lesson(str(body.get("model", "")), sent, replacement, refused)
+
+
+def _top_level(name: str) -> str:
+    """`response_format.json_schema.schema` -> `response_format`."""
+    return re.split(r"[.\[]", name, maxsplit=1)[0]
+
+
+def apply_lessons(body: dict[str, Any], lessons: Mapping[str, Lesson]) -> dict[str, Any]:
+    """`body` as the lessons learned for its model say (param -> lesson); changed in place."""
+    for param, lesson in lessons.items():
+        if param not in body:
+            continue
+        value = body.pop(param)
+        if lesson.replacement is not None and lesson.replacement not in lessons:
+            body[lesson.replacement] = value
+    return body
