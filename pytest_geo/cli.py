@@ -27,6 +27,8 @@ from pytest_geo.options import (
     positive_float,
     positive_int,
     progress_mode,
+    reasoning_effort,
+    structured_mode,
     temperature,
 )
 from pytest_geo.report.concurrency import stats_line
@@ -34,7 +36,7 @@ from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
-from pytest_geo.report.terminal import fact_lines
+from pytest_geo.report.terminal import fact_lines, request_change_lines
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
@@ -42,9 +44,14 @@ from pytest_geo.settings import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
+    LOCAL_MAX_CONCURRENCY,
+    LOCAL_START_CONCURRENCY,
+    LOCAL_TIMEOUT,
     MOCK_ENV,
     PYTEST_CACHE,
     ROLES,
+    TIMEOUT_ENV,
+    SettingError,
     Settings,
     build_settings,
     find_prompts_dir,
@@ -67,7 +74,18 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     )
     parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
     parser.add_argument(
-        "--temperature", type=temperature, default=None, metavar="T", help="sampling temperature (default: 0)"
+        "--temperature", type=temperature, default=None, metavar="T",
+        help="sampling temperature (default: 0, and none for reasoning models such as o3 and gpt-5-mini)",
+    )
+    parser.add_argument(
+        "--reasoning-effort", type=reasoning_effort, default=None, metavar="LEVEL",
+        help="reasoning_effort (none, minimal, low, medium, high, xhigh) for the models that take it "
+        "(default: the model's own)",
+    )
+    parser.add_argument(
+        "--structured", type=structured_mode, default=None, metavar="auto|on|off",
+        help="ask for answers matching a strict JSON Schema: auto (default) falls back to plain answers, "
+        "once and said on stderr, when the server refuses it; on makes that refusal fail the run; off never asks",
     )
     parser.add_argument(
         "--concurrency",
@@ -75,14 +93,16 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         default=None,
         metavar="N|auto",
         help="most rows in flight, at most 2N model requests; auto (the default) starts at "
-        f"{DEFAULT_CONCURRENCY} and adapts to the server's rate limits",
+        f"{DEFAULT_CONCURRENCY} ({LOCAL_START_CONCURRENCY} for a server on this machine or a private network) "
+        "and adapts to the server's rate limits and latency",
     )
     parser.add_argument(
         "--max-concurrency",
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY})",
+        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY}, "
+        f"{LOCAL_MAX_CONCURRENCY} for a local server)",
     )
     parser.add_argument(
         "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
@@ -107,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--repeats", type=positive_int, default=None, metavar="K",
                           help="run each row K times, each with its own seeded candidate order, and average them")
     evaluate.add_argument("--timeout", type=positive_float, default=None, metavar="S",
-                          help=f"timeout for each model call in seconds (default: {DEFAULT_TIMEOUT:g})")
+                          help=f"timeout for each model call in seconds (env: {TIMEOUT_ENV}; default: "
+                               f"{DEFAULT_TIMEOUT:g}, {LOCAL_TIMEOUT:g} for a server on this machine or a private "
+                               "network)")
     evaluate.add_argument("--max-retries", type=non_negative_int, default=None, metavar="N",
                           help=f"retries of a failed model call (default: {DEFAULT_MAX_RETRIES})")
     evaluate.add_argument("--report", type=Path, default=None, metavar="PATH",
@@ -184,6 +206,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "seed": args.seed,
         "prompts_dir": find_prompts_dir(args.prompts),
         "temperature": args.temperature,
+        "reasoning_effort": args.reasoning_effort,
+        "structured": args.structured,
         "concurrency": args.concurrency,
         "max_concurrency": args.max_concurrency,
         "batch": getattr(args, "batch", False),
@@ -270,7 +294,7 @@ def evaluate(args: argparse.Namespace) -> int:
     # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
     dataset = str(args.dataset)
     usage = geo.usage_table()
-    results = Results(usage=usage)
+    results = Results(usage=usage, request_changes=geo.request_changes())
     for (name, row), outcome in zip(named_rows, outcomes, strict=True):
         results.add(geo_record(row, outcome.record(), suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
         if outcome.error is not None:
@@ -281,6 +305,8 @@ def evaluate(args: argparse.Namespace) -> int:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
     for line in fact_lines(results):
+        print(line, file=sys.stderr)
+    for line in request_change_lines(results.request_changes):
         print(line, file=sys.stderr)
     if usage:
         print("model usage:", file=sys.stderr)
@@ -349,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.llm.profiles import merge_lessons
 from pytest_geo.llm.usage import merge_usage
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
@@ -278,8 +279,10 @@ class GeoCollector:
             geo.close()
             merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
             self.results.concurrency = merge_stats(self.results.concurrency, geo.concurrency_stats().as_json())
+            merge_lessons(self.results.request_changes, geo.request_changes())
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
+            self.config.workeroutput["geo_request_changes"] = self.results.request_changes  # type: ignore[attr-defined]
             self.config.workeroutput["geo_concurrency"] = self.results.concurrency  # type: ignore[attr-defined]
             return
         write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
@@ -292,7 +295,7 @@ class GeoCollector:
 
 
 class GeoXdistHooks:
-    """Only registered with xdist: workers' model usage reaches the controller."""
+    """Only registered with xdist: workers' model usage and request changes reach the controller."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -312,6 +315,7 @@ class GeoXdistHooks:
         usage = output.get("geo_usage")
         if isinstance(usage, dict):
             merge_usage(self.results.usage, usage)
+        merge_lessons(self.results.request_changes, output.get("geo_request_changes"))
         concurrency = output.get("geo_concurrency")
         if isinstance(concurrency, dict):
             self.results.concurrency = merge_stats(self.results.concurrency, concurrency)

@@ -11,6 +11,11 @@ most C in flight; beyond either, an immediate 429 with `Retry-After`. With heade
 `retry-after-ms`, like the real API; with "retry-after" a 429 says only `Retry-After`
 (whole seconds, as HTTP defines it) and successes say nothing.
 
+OpenAI's contract for reasoning models (`reasoning_refusal`): for the model names OpenAI
+serves as reasoning models, and for those in `refuses_temperature` (an unknown new model),
+a `temperature` other than 1 and any `max_tokens` get HTTP 400 with OpenAI's exact error
+bodies; `refused` records each refusal as (model, param).
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -36,7 +41,7 @@ from fake_batches import BatchStore
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("ok", "429", "500", "401", "404", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
+FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
@@ -110,6 +115,10 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.released = threading.Event()
         self.hold_seconds = 10.0
         self.in_flight_grew = threading.Condition(self.lock)
+        # OpenAI's reasoning-model contract (reasoning_refusal): models named here refuse
+        # temperature and max_tokens as the o-series and gpt-5 do.
+        self.refuses_temperature: set[str] = set()
+        self.refused: list[tuple[str, str]] = []  # (model, param) of each contract refusal
         self.thread: threading.Thread | None = None
 
     @property
@@ -134,6 +143,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.hold_until = 0
             self.holds = None
             self.fault_for = None
+            self.refused.clear()
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -201,6 +211,29 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     if fault == "echo_headers":
         rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
     return json.dumps({"rewritten_description": rewritten})
+
+
+# OpenAI's reasoning models as its API names them (dated snapshots included).
+REASONING_MODEL = re.compile(r"(?:o1|o3|o4)(?:-mini|-pro)?(?:-\d{4}-\d{2}-\d{2})?|gpt-5(?:-mini|-nano)?(?:-\d{4}-\d{2}-\d{2})?")
+
+
+def reasoning_refusal(body: dict[str, Any], refuses_temperature: set[str] = frozenset()) -> dict[str, Any] | None:
+    """OpenAI's 400 for a reasoning model sent `max_tokens` or a temperature other than its
+    default (1), with the documented error body; None when the request is acceptable."""
+    model = str(body.get("model", ""))
+    if not (REASONING_MODEL.fullmatch(model) or model in refuses_temperature):
+        return None
+    temperature = body.get("temperature")
+    if temperature is not None and temperature != 1:
+        value = f"{temperature:g}" if isinstance(temperature, (int, float)) else json.dumps(temperature)
+        return {"error": {"message": f"Unsupported value: 'temperature' does not support {value} with this model. "
+                                     "Only the default (1) value is supported.",
+                          "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}
+    if "max_tokens" in body and REASONING_MODEL.fullmatch(model):
+        return {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                     "Use 'max_completion_tokens' instead.",
+                          "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}
+    return None
 
 
 BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)
@@ -334,6 +367,16 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "404":  # like OpenAI for a model that does not exist
                 self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
                                            "type": "invalid_request_error", "code": "model_not_found"}})
+                return
+            refusal = reasoning_refusal(body, server.refuses_temperature)
+            if refusal is not None:
+                with server.lock:
+                    server.refused.append((str(body.get("model")), refusal["error"]["param"]))
+                self._send(400, refusal)
+                return
+            if fault == "400":  # a request no change of parameters fixes, as OpenAI words one
+                self._send(400, {"error": {"message": "Unrecognized request argument supplied: stream_mode",
+                                           "type": "invalid_request_error", "param": None, "code": None}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},

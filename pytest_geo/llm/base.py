@@ -29,7 +29,7 @@ class ChatRequest:
     role: str
     model: str
     messages: Sequence[Message]
-    temperature: float | None = 0.0
+    temperature: float | None = None
     context: Mapping[str, Any] = field(default_factory=dict)
     max_output_tokens: int | None = None
     response_schema: Mapping[str, Any] | None = None

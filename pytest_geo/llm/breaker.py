@@ -6,15 +6,13 @@ breaker: after a run of consecutive failed calls (each already retried), the ser
 down. Either way the breaker trips: calls are no longer sent, they raise ServerUnusable
 at once, and the rows they belong to count as not run. A request the server refuses as
 sent (HTTP 400) and no change of parameters fixes (llm/healing.py says which) trips it
-too when the first calls all get one: every call is built the same way."""
+too when it comes before any call succeeded: every call is built the same way."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
-
-FIRST_REFUSALS = 3  # unfixable 400s before any success that stop the run
 
 
 class Breaker:
@@ -25,7 +23,6 @@ class Breaker:
         self.failures = 0
         self.succeeded = False
         self.tripped: str | None = None  # why calls are no longer sent: one message for the run
-        self.refusals = 0  # unfixable 400s while no call has succeeded
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         if self.tripped is not None:
@@ -48,17 +45,15 @@ class Breaker:
         return response
 
     def refused(self, request: ChatRequest, exc: ModelError, why: str, always: bool = False) -> None:
-        """A call the server refused and no change fixes (llm/healing.py): the run stops
-        when no call has succeeded before FIRST_REFUSALS of them, or at once (`always`:
-        a refusal the user said must fail the run). The call then raises ServerUnusable."""
+        """A call the server refused and no change fixes (llm/healing.py): before any
+        call succeeded, or `always` (a refusal the user said must fail the run), the run
+        stops; the call then raises ServerUnusable. After a success it is its row's error."""
         if self.tripped is not None:
             raise ServerUnusable(self.tripped) from None
         if self.succeeded and not always:
             return
-        self.refusals += 1
-        if always or self.refusals >= FIRST_REFUSALS:
-            self.tripped = f"cannot use {self.host} for model {request.model}: {why} ({exc})"
-            raise ServerUnusable(self.tripped) from None
+        self.tripped = f"cannot use {self.host} for model {request.model}: {why} ({exc})"
+        raise ServerUnusable(self.tripped) from None
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -4,9 +4,9 @@ This layer sits above the answer cache: every request is shaped here into the bo
 is sent (llm/profiles.py), so the cache keys on what was sent and the backend posts it.
 A 400 that names a parameter we sent teaches a lesson for that model: the call goes
 again without it (or under the name the server asks for), and so does every later call
-of that model in this process. Until the first call of a model the table does not know
-has come back, its calls go one at a time, so a refused parameter costs one refused call
-per model and process, not one per call in flight.
+of that model in this process. Until a model's first call has come back, its calls go
+one at a time (except for OpenAI's chat models, whose contract is settled), so a refused
+parameter costs one refused call per model and process, not one per call in flight.
 
 A 400 no change fixes fails its call; before any call succeeded it means the run cannot
 work, and the breaker (llm/breaker.py) stops it with the server's message."""
@@ -19,7 +19,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, RequestRefused
-from pytest_geo.llm.profiles import Lesson, ShapedRequest, apply_lessons, family, lesson_for, request_body
+from pytest_geo.llm.profiles import ROW_CODES, Lesson, ShapedRequest, apply_lessons, family, lesson_for, request_body
 
 STRUCTURED_PARAM = "response_format"
 
@@ -40,7 +40,7 @@ class HealingClient:
     other parameter, "on" makes its refusal fail the run, "off" never sends one.
     `reasoning_effort`: the run's --geo-reasoning-effort, for requests that set none.
     `lessons`: changes already known (from another process of the run).
-    `probe`: send an unknown model's first call alone (not under the Batch API, whose
+    `probe`: send a model's first call alone (not under the Batch API, whose
     refusals come back as lines of a batch, not as calls that can be sent again)."""
 
     def __init__(self, inner: ChatClient, structured: str = "auto", reasoning_effort: str | None = None,
@@ -67,7 +67,7 @@ class HealingClient:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         model = request.model
-        if self.probe and model not in self._settled and family(model, request.reasoning_effort) == "unknown":
+        if self.probe and model not in self._settled and family(model, request.reasoning_effort) != "chat":
             probe = self._probes.setdefault(model, asyncio.Lock())
             async with probe:  # the first calls of a model, one at a time
                 if model not in self._settled:
@@ -96,7 +96,7 @@ class HealingClient:
             return response
 
     def _unfixable(self, request: ChatRequest, exc: RequestRefused, lesson: Lesson | None) -> None:
-        if self.on_unfixable is None:
+        if self.on_unfixable is None or exc.refusal.code in ROW_CODES:
             return
         if lesson is not None:  # a response format refused under --geo-structured on
             why = "the server refused response_format, which --geo-structured on requires"

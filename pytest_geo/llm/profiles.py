@@ -142,6 +142,9 @@ class Lesson:
                    refused if isinstance(refused, str) else None)
 
 
+# 400s about one row's content, not the request's shape: never a reason to stop the run.
+ROW_CODES = frozenset({"context_length_exceeded", "string_above_max_length", "content_policy_violation",
+                       "invalid_prompt"})
 QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_.\[\]]*)'")
 USE_INSTEAD = re.compile(r"[Uu]se '([A-Za-z_]+)' instead")
 UNTOUCHABLE = frozenset({"model", "messages"})  # a request without them is no request
@@ -172,6 +175,18 @@ def lesson_for(refusal: Refusal, body: Mapping[str, Any]) -> Lesson | None:
 def _top_level(name: str) -> str:
     """`response_format.json_schema.schema` -> `response_format`."""
     return re.split(r"[.\[]", name, maxsplit=1)[0]
+
+
+def merge_lessons(total: list[dict[str, Any]], other: object) -> list[dict[str, Any]]:
+    """Add the lessons in `other` (plain data from another process) to `total`, once per
+    model and parameter, in the order first seen; returns `total`."""
+    seen = {(entry["model"], entry["param"]) for entry in total}
+    for data in other if isinstance(other, list) else []:
+        lesson = Lesson.from_json(data)
+        if lesson is not None and (lesson.model, lesson.param) not in seen:
+            seen.add((lesson.model, lesson.param))
+            total.append(lesson.as_json())
+    return total
 
 
 def apply_lessons(body: dict[str, Any], lessons: Mapping[str, Lesson]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pytest_geo.report.gates import gate_failures
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.results import Results
-from pytest_geo.report.terminal import terminal_lines
+from pytest_geo.report.terminal import request_change_lines, terminal_lines
 from pytest_geo.text import printable
 
 
@@ -50,6 +50,8 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
             terminalreporter.write_line(f"  {line}")
         if not settings_of(config).mock:  # the mock costs nothing
             terminalreporter.write_line(cost_line(results.usage))
+    for line in request_change_lines(results.request_changes):
+        terminalreporter.write_line(printable(line))
     if results.concurrency is not None and not settings_of(config).mock:  # the mock has no rate limits
         terminalreporter.write_line(stats_line(results.concurrency))
     # Where the reports went, together after the metrics (the Evals: block stays last).

@@ -40,6 +40,8 @@ def build_report(results: Results) -> dict[str, Any]:
         report["metadata"] = results.metadata
     if results.concurrency is not None:
         report["concurrency"] = results.concurrency
+    if results.request_changes:
+        report["request_changes"] = results.request_changes
     if results.baseline is not None:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
                               "differences": results.baseline_differences}

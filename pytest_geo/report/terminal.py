@@ -3,7 +3,8 @@ baseline comparison, then Kedi's `Evals:` block, last."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.report.noise import NoiseFloor, noise_floors
@@ -72,6 +73,13 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
         tail = f" | {suite.feedback}" if suite.feedback else ""
         lines.append(f"- {suite.label}{split}: {suite.summary.mean:.4f}{tail}")
     return lines
+
+
+def request_change_lines(changes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What servers refused and how requests changed for it, once per model and parameter."""
+    if not changes:
+        return []
+    return ["requests changed to what the server accepts:", *(f"  {change['text']}" for change in changes)]
 
 
 def baseline_lines(results: Results) -> list[str]:
