@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def pytest_geo_make_client(config: pytest.Config, settings: Settings) -> ChatClient | None:
     """Return the chat client for this run instead of the built-in mock or OpenAI client.
 
-    The run still wraps it with its concurrency bound (and usage accounting). Example, in
+    The run still builds its client stack over it (llm/stack.py: request shaping, the
+    cache, the breaker, the concurrency bound, usage accounting). Example, in
     a conftest.py::
 
         def pytest_geo_make_client(config, settings):
