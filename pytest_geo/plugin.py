@@ -27,6 +27,7 @@ from pytest_geo.pytest_layer.options import (
     check_report_paths,
     dataset_paths,
     max_error_rate,
+    remembered_changes,
     settings_from_config,
 )
 from pytest_geo.pytest_layer.progress import PluginProgress
@@ -147,6 +148,9 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
+    changes = remembered_changes(config, settings)
+    if changes:  # an earlier run learned them from this server (llm/lessons.py)
+        header += "; requests as the server accepts them: " + "; ".join(changes)
     return header
 
 

@@ -18,6 +18,7 @@ DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose t
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256
 AUTO = "auto"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "OPENAI_TIMEOUT_SECONDS"  # the E-GEO harness's variable: used when no flag or ini gives one
 # A server on this machine or a private network is often a CPU model answering one call
@@ -164,6 +165,11 @@ def timeout_from_env(environ: Mapping[str, str] | None = None) -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise SettingError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds above 0")
     return value
+
+
+def server_url(base_url: str | None) -> str:
+    """The server the OpenAI client calls: the URL given, else OPENAI_BASE_URL, else OpenAI's."""
+    return (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
 
 
 def server_is_local(base_url: str | None) -> bool:

@@ -91,21 +91,28 @@ def test_an_unknown_model_refusing_temperature_is_healed(served_project: GeoProj
     assert len(sent) == 30 + len(refused) and sum("temperature" in body for body in sent) == len(refused)
 
 
-def test_the_cache_keys_on_the_request_as_sent(served_project: GeoProject) -> None:
+def test_a_later_run_starts_with_what_the_server_refused(served_project: GeoProject) -> None:
+    """The change is remembered beside the answer cache: the next run sends the healed
+    request from its first call, says so in its `geo:` header, and its cache keys (the
+    body as sent) find every answer."""
     server = served_project.server
     server.refuses_temperature = {"acme-thinker-2"}
     dataset = str(served_project.dataset(3))
     flags = ("--geo-ranker-model", "acme-thinker-2", "--geo-rewriter-model", "acme-thinker-2")
     served_project.run(dataset, *flags).assert_outcomes(passed=3)
-    first = len(server.requests)
+    assert len(server.refused) == 1 and len(server.requests) == 1 + 9
     server.reset()
-    server.refuses_temperature = {"acme-thinker-2"}
     again = served_project.run(dataset, *flags, "--geo-report", "r.json")
     again.assert_outcomes(passed=3)
-    # The one call sent with temperature is refused again; every answered body is in the cache.
-    assert first == 1 + 9 and [body.get("temperature") for body in bodies(server)] == [0.0]
-    usage = json.loads((served_project.pytester.path / "r.json").read_text())["usage"]
-    assert usage["ranker"]["cache_hits"] == 6 and usage["rewriter"]["cache_hits"] == 3
+    assert server.requests == []  # nothing refused, every answer from the cache
+    change = "acme-thinker-2: sent without temperature (the server refused 0)"
+    [header] = [line for line in again.stdout.lines if line.startswith("geo: ")]
+    assert header.endswith(f"; requests as the server accepts them: {change}")
+    report = json.loads((served_project.pytester.path / "r.json").read_text())
+    assert [c["text"] for c in report["request_changes"]] == [change]
+    assert report["usage"]["ranker"]["cache_hits"] == 6 and report["usage"]["rewriter"]["cache_hits"] == 3
+    served_project.run(dataset, *flags, "--geo-no-cache").assert_outcomes(passed=3)
+    assert len(server.refused) == 1  # without the cache directory, learned again
 
 
 def test_cache_keys_differ_by_every_parameter_sent() -> None:

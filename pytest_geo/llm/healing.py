@@ -39,22 +39,25 @@ class HealingClient:
     `structured`: --geo-structured; "auto" drops a refused response format like any
     other parameter, "on" makes its refusal fail the run, "off" never sends one.
     `reasoning_effort`: the run's --geo-reasoning-effort, for requests that set none.
-    `lessons`: changes already known (from another process of the run).
+    `lessons`: changes already known (remembered from earlier runs, llm/lessons.py);
+    `on_learn` hears each new one.
     `probe`: send a model's first call alone (not under the Batch API, whose
     refusals come back as lines of a batch, not as calls that can be sent again)."""
 
     def __init__(self, inner: ChatClient, structured: str = "auto", reasoning_effort: str | None = None,
                  lessons: Iterable[Lesson] = (), on_unfixable: OnUnfixable | None = None,
-                 probe: bool = True) -> None:
+                 probe: bool = True, on_learn: Callable[[Lesson], None] | None = None) -> None:
         self.inner = inner
         self.structured = structured
         self.reasoning_effort = reasoning_effort
         self.on_unfixable = on_unfixable
         self.probe = probe
+        self.on_learn = None  # lessons given here are already known where they came from
         self._lessons: dict[str, dict[str, Lesson]] = {}  # model -> param -> lesson
         self.learned: list[Lesson] = []  # every change applied in this process, in order
         for lesson in lessons:
             self._learn(lesson)
+        self.on_learn = on_learn
         self._settled: set[str] = set()  # models whose first call came back
         self._probes: dict[str, asyncio.Lock] = {}
 
@@ -109,6 +112,8 @@ class HealingClient:
         if lesson.param not in known:
             known[lesson.param] = lesson
             self.learned.append(lesson)
+            if self.on_learn is not None:
+                self.on_learn(lesson)
 
     def lessons_json(self) -> list[dict[str, Any]]:
         """What was learned, as plain data (it crosses to an xdist controller)."""

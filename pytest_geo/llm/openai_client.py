@@ -19,9 +19,9 @@ from openai.types.chat import ChatCompletion
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.profiles import Refusal, sent_body
+from pytest_geo.settings import DEFAULT_BASE_URL
 from pytest_geo.text import shorten
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_HEADER = "x-stainless-retry-count"
 MAX_DETAIL = 120
 MAX_REFUSAL = 1000  # a 400's message, read for the parameter it names

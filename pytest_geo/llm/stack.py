@@ -2,7 +2,8 @@
 
     Usage      counts calls, tokens and cost per role (llm/usage.py)
     Healing    shapes the request into the body its model accepts, and heals a
-               parameter the server refuses (llm/profiles.py, llm/healing.py)
+               parameter the server refuses (llm/profiles.py, llm/healing.py),
+               remembering it beside the cache (llm/lessons.py)
     Cache      answers already given to the same body from the same server (llm/cache.py)
     Breaker    stops calling a server that cannot serve the run (llm/breaker.py)
     Bounded    at most N requests in flight, N moved by the concurrency controller
@@ -16,6 +17,7 @@ counted or cached (a budget's reservation) goes between Usage and Healing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pytest_geo.engine.adaptive import Controller, controller_for
@@ -24,7 +26,9 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.breaker import Breaker
 from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache
 from pytest_geo.llm.healing import HealingClient
+from pytest_geo.llm.lessons import load_lessons, save_lessons
 from pytest_geo.llm.prices import price_table
+from pytest_geo.llm.profiles import Lesson
 from pytest_geo.llm.usage import UsageClient
 from pytest_geo.settings import Settings
 
@@ -53,6 +57,16 @@ def batch_client(backend: ChatClient, settings: Settings) -> ChatClient:
     return BatchClient(backend, settings.cache_dir if settings.use_cache else None)
 
 
+def remembered_lessons(settings: Settings, backend: ChatClient) -> tuple[list[Lesson], Callable[[Lesson], None] | None]:
+    """Request changes remembered beside the answer cache for the backend's server, and
+    how to remember a new one (llm/lessons.py); none without a cache or a server URL."""
+    base_url = getattr(backend, "base_url", None)
+    cache_dir = settings.cache_dir
+    if not settings.use_cache or cache_dir is None or not isinstance(base_url, str):
+        return [], None
+    return load_lessons(cache_dir, base_url), lambda lesson: save_lessons(cache_dir, base_url, [lesson])
+
+
 def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientStack:
     """Every layer over `client` (else the backend the settings name)."""
     backend = client or build_client(settings)
@@ -75,8 +89,10 @@ def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientS
     breaker = Breaker(bounded, getattr(backend, "base_url", None),
                       consecutive=max(MIN_CONSECUTIVE_FAILURES, concurrency.requests.limit))
     cached = with_cache(breaker, backend, settings)
+    remembered, remember = remembered_lessons(settings, backend)
     healing = HealingClient(cached, structured=settings.structured, reasoning_effort=settings.reasoning_effort,
-                            on_unfixable=breaker.refused, probe=not batching)
+                            lessons=remembered, on_unfixable=breaker.refused, probe=not batching,
+                            on_learn=remember)
     prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
     usage = UsageClient(healing, prices)
     return ClientStack(client=usage, usage=usage, healing=healing, breaker=breaker, concurrency=concurrency,

@@ -303,6 +303,37 @@ def check_report_paths(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
 
 
+def answer_cache_dir(config: pytest.Config) -> Path | None:
+    """Where set_cache_location puts the answer cache, found without creating anything."""
+    if config.getoption("geo_no_cache"):
+        return None
+    named = config.getoption("geo_cache_dir")
+    ini = str(config.getini("geo_cache_dir")).strip()
+    if named:
+        return Path(config.invocation_params.dir / named).resolve()
+    if ini:
+        return (config.rootpath / ini).resolve()
+    try:
+        pytest_cache = Path(str(config.getini("cache_dir")))  # pytest's own, when the cacheprovider runs
+    except ValueError:
+        pytest_cache = PYTEST_CACHE
+    return config.rootpath / pytest_cache / "d" / "geo"
+
+
+def remembered_changes(config: pytest.Config, settings: Settings) -> list[str]:
+    """Request changes an earlier run learned for this run's server and models
+    (llm/lessons.py), one line each, for the `geo:` header."""
+    from pytest_geo.llm.lessons import load_lessons
+    from pytest_geo.settings import server_url
+
+    cache_dir = answer_cache_dir(config)
+    if settings.mock or cache_dir is None:
+        return []
+    models = set(settings.models.values())
+    return [lesson.text() for lesson in load_lessons(cache_dir, server_url(settings.base_url))
+            if lesson.model in models]
+
+
 def set_cache_location(config: pytest.Config, settings: Settings) -> None:
     """--geo-no-cache, else --geo-cache-dir, else ini geo_cache_dir, else the pytest cache
     (created only now, when a model is about to be used). With the cacheprovider disabled
