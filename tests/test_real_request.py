@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import GeoProject
+from conftest import PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
 from pytest_geo.llm.healing import HealingClient
@@ -318,3 +320,25 @@ def test_structured_off_never_sends_a_response_format() -> None:
     backend, healing, failures = structured_calls("off")
     assert len(backend.bodies) == 3 and not any("response_format" in body for body in backend.bodies)
     assert healing.learned == [] and failures == []
+
+
+# egeo: the same flags, variable and summary lines.
+
+def test_egeo_heals_sends_reasoning_effort_and_reads_the_timeout_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=3)
+    fake_openai.refuses_temperature = {"acme-thinker-2"}
+    fake_openai.slow_seconds = 3
+    fake_openai.fault_for = lambda body: "slow" if "red kettle number 2" in json.dumps(body) else None
+    monkeypatch.setenv("OPENAI_TIMEOUT_SECONDS", "1")
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--no-cache", "--base-url",
+                 fake_openai.url, "--ranker-model", "acme-thinker-2", "--rewriter-model", "acme-thinker-2",
+                 "--reasoning-effort", "low", "--max-retries", "0", "--concurrency", "1"])
+    err = capsys.readouterr().err
+    assert code == 1  # the row that timed out
+    assert "requests changed to what the server accepts:\n  acme-thinker-2: sent without temperature (the server " \
+           "refused 0)\n" in err
+    assert "rows.jsonl: r2: error: ranker model call failed: timed out after 1s" in err
+    assert fake_openai.refused == [("acme-thinker-2", "temperature")]
+    assert all(request["body"]["reasoning_effort"] == "low" for request in fake_openai.requests)
