@@ -314,6 +314,9 @@ def test_structured_on_makes_the_refusal_a_run_failure() -> None:
     backend, healing, failures = structured_calls("on")
     assert failures[0] == ("the server refused response_format, which --geo-structured on requires", True)
     assert healing.learned == [] and all("response_format" in body for body in backend.bodies)
+    remembered = Lesson("local-model", "response_format")
+    assert HealingClient(backend, structured="on", lessons=[remembered]).learned == []  # asked for anyway
+    assert HealingClient(backend, structured="auto", lessons=[remembered]).learned == [remembered]
 
 
 def test_structured_off_never_sends_a_response_format() -> None:

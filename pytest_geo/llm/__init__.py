@@ -1,4 +1,6 @@
-"""Model backends: the client protocol, the offline mock, the OpenAI SDK client and the cache."""
+"""Model backends and the client stack over them: the client protocol, request profiles
+and their healing, the offline mock, the OpenAI SDK client, batching, the cache, the
+breaker, usage, and the one function that assembles them (stack.py)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ class HealingClient:
         self._lessons: dict[str, dict[str, Lesson]] = {}  # model -> param -> lesson
         self.learned: list[Lesson] = []  # every change applied in this process, in order
         for lesson in lessons:
-            self._learn(lesson)
+            if not (lesson.param == STRUCTURED_PARAM and structured == "on"):  # on: asked for, whatever was learned
+                self._learn(lesson)
         self.on_learn = on_learn
         self._settled: set[str] = set()  # models whose first call came back
         self._probes: dict[str, asyncio.Lock] = {}
