@@ -345,3 +345,15 @@ def test_egeo_heals_sends_reasoning_effort_and_reads_the_timeout_variable(
     assert "rows.jsonl: r2: error: ranker model call failed: timed out after 1s" in err
     assert fake_openai.refused == [("acme-thinker-2", "temperature")]
     assert all(request["body"]["reasoning_effort"] == "low" for request in fake_openai.requests)
+
+
+def test_batch_lines_are_shaped_like_ordinary_calls(served_project: GeoProject) -> None:
+    server = served_project.server
+    result = served_project.run(str(served_project.dataset(2)), "--geo-batch", "--geo-ranker-model", "gpt-5-mini",
+                                "--geo-rewriter-model", "gpt-5-mini", "--geo-reasoning-effort", "minimal",
+                                "--geo-no-cache")
+    result.assert_outcomes(passed=2)
+    lines = [json.loads(line) for batch_id in server.batches.created
+             for line in server.batches.files[server.batches.batches[batch_id].input_file_id].splitlines()]
+    assert len(lines) == 6
+    assert [sorted(line["body"]) for line in lines] == [["messages", "model", "reasoning_effort"]] * 6
