@@ -30,6 +30,12 @@ from pytest_geo.pytest_layer.options import (
 )
 from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
+from pytest_geo.pytest_layer.sequential import (
+    ITEMS,
+    SequentialXdistHooks,
+    check_sequential,
+    sequential_run,
+)
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     DECLARED_SUITES,
@@ -89,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     _load_baseline(config)
+    check_sequential(config)
     if not is_xdist_worker(config):
         check_report_paths(config)
     if config.option.markers:  # `pytest --markers` collects nothing: list the suites found without it
@@ -97,6 +104,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
         config.pluginmanager.register(LookaheadControllerHooks(config), "geo-xdist-lookahead")
+        run = sequential_run(config)
+        if run is not None and not is_xdist_worker(config):
+            config.pluginmanager.register(SequentialXdistHooks(run), "geo-xdist-sequential")
 
 
 def _check_variants(config: pytest.Config) -> None:
@@ -172,6 +182,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """After -k, -m and --deselect: --geo-limit and --geo-sample pick among what is left."""
     deselect_rows(config, items, settings_of(config))
+    run = sequential_run(config)
+    if run is not None:
+        run.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -183,6 +196,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _check_min_scores(session.config, {item.suite_name for item in rows})
     if session.config.option.collectonly:
         return
+    run = sequential_run(session.config)
+    if run is not None:
+        session.config.stash[ITEMS] = session.items
+        run.collected(session.items)
     if any(isinstance(item, GeoRowItem) for item in session.items):
         from pytest_geo.templates import PromptError
 
@@ -207,7 +224,10 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     geo = running_session(session.config)
     if geo is not None and not is_xdist_worker(session.config):
         rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
-        geo.schedule_many(rows)
+        monitor = run.monitor if (run := sequential_run(session.config)) is not None else None
+        # Under --geo-sequential a comparison's rows are scheduled a round at a time (below).
+        geo.schedule_many([item.row for item in session.items if isinstance(item, GeoRowItem)
+                           and (monitor is None or not monitor.in_comparison(item.nodeid))])
         session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
         session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
@@ -216,6 +236,14 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    run = sequential_run(item.config)
+    if run is not None and isinstance(item, GeoRowItem):
+        reason = run.not_needed(item)
+        geo = running_session(item.config)
+        if reason is not None:  # skipped like a skip mark, at the item's location
+            item.add_marker(pytest.mark.skip(reason=reason))
+        elif geo is not None and not is_xdist_worker(item.config):
+            run.schedule_round(item, geo)
     lookahead = item.config.stash.get(LOOKAHEAD, None)
     if lookahead is not None:
         lookahead.before(item, nextitem)
@@ -257,6 +285,9 @@ class GeoCollector:
         record = getattr(report, "geo_record", None)
         if record is not None and report.when == "call":
             self.results.add(record)
+            run = sequential_run(self.config)
+            if run is not None:
+                run.add(record)
         stopped = getattr(report, "geo_stopped", None)
         if isinstance(stopped, str) and self.results.stopped is None:
             self.results.stopped = stopped
@@ -278,6 +309,9 @@ class GeoCollector:
             geo.close()
             merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
             self.results.concurrency = merge_stats(self.results.concurrency, geo.concurrency_stats().as_json())
+        run = sequential_run(self.config)
+        if run is not None:
+            run.close()
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             self.config.workeroutput["geo_concurrency"] = self.results.concurrency  # type: ignore[attr-defined]

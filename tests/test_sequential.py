@@ -3,13 +3,18 @@ the rows it stops, and what the reports say."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from importlib import resources
+from typing import Any
 
+import jsonschema
 import pytest
 
+from conftest import GeoProject
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence
-from pytest_geo.report.stopping import simulate, simulated_differences
+from pytest_geo.report.stopping import run_order, simulate, simulated_differences
 
 COMPARISONS = 2000
 POOL = 200
@@ -69,3 +74,64 @@ def test_the_interval_narrows_round_by_round_and_agrees_with_the_decision() -> N
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         ConfidenceSequence(bound=0)
+
+
+# --- end to end, against the fake OpenAI server ----------------------------------------
+
+SIGNAL = "Query: {{query}}\nTitle: {{title}}\nOriginal description: {{description}}\nRewrite it.\n"
+KEEP = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
+
+
+def strategies(project: GeoProject, rows: int) -> list[str]:
+    project.dataset(rows)
+    (project.pytester.path / "signal.txt").write_text(SIGNAL, encoding="utf-8")
+    (project.pytester.path / "keep.txt").write_text(KEEP, encoding="utf-8")
+    return ["rows.jsonl", "--geo-variant", "signal=signal.txt", "--geo-variant", "keep=keep.txt", "--geo-no-cache"]
+
+
+def report(project: GeoProject, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((project.pytester.path / name).read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/report.schema.json").read_text("utf-8"))
+    jsonschema.validate(data, schema)
+    return data
+
+
+def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served_project: GeoProject) -> None:
+    args = strategies(served_project, 100)
+    full = served_project.run(*args, "--geo-report", "full.json")
+    full.assert_outcomes(passed=200)
+    [pair] = report(served_project, "full.json")["variants"][0]["pairs"]
+    assert (pair["better"], pair["worse"], pair["sign_test_p"] < 0.05) == ("signal", "keep", True)
+    served_project.server.reset()
+
+    result = served_project.run(*args, "--geo-sequential", "--geo-report", "seq.json", "--geo-html", "seq.html",
+                                "--geo-concurrency", "4", "-rs")
+    # Rows of 3 candidates, target last: signal moves it up 2 places, keep none. Rounds of
+    # 10 rows; the test decides after the first round.
+    result.assert_outcomes(passed=20, skipped=180)
+    result.stdout.fnmatch_lines([
+        "*SKIPPED [[]180[]] rows.jsonl: not needed: the comparison was decided after 10 rows",
+        "sequential: variants of rows.jsonl [[]train[]]: decided after 10 of 100 rows (10 ran, 0 with an error "
+        "left out); $0.0* not spent",
+        "  signal better than keep after 10 rows: mean_diff=+2.0000 over 10 rows, anytime-valid interval [[]+*, "
+        "+2.0000[]]",
+        "  guarantee: with probability at least 95%, the interval held the true mean difference after every "
+        "round, so stopping as soon as it was decided keeps the chance of a wrong decision at or below 5%",
+    ])
+    assert "partial run" not in result.stdout.str()
+    data = report(served_project, "seq.json")
+    assert (data["complete"], data["not_run"]) == (True, 0)
+    [entry] = data["sequential"]
+    assert (entry["decided"], entry["rows_used"], entry["rows_run"], entry["rows_available"]) == (True, 10, 10, 100)
+    assert entry["pairs"][0]["decision"] == "better" and entry["pairs"][0]["first"] == "signal"
+    # The run's spend per item, times the 180 items not run.
+    spent = data["cost"]["total"]
+    assert entry["dollars_not_spent"] == pytest.approx(spent / 20 * 180)
+    # The server saw only the rows that ran: rank_before once per row, a rewrite and a rank_after per variant.
+    assert len(served_project.server.requests) == 10 * (1 + 2 * 2)
+    html = (served_project.pytester.path / "seq.html").read_text(encoding="utf-8")
+    assert "<h2>Sequential comparisons</h2>" in html and "signal better than keep" in html
+    # The rows that ran are the first ten of the seeded order, whatever it is.
+    ran = sorted(r["nodeid"].removesuffix("[signal]") for r in data["rows"] if r["variant"] == "signal")
+    order = sorted((run_order(7, f"rows.jsonl::r{i}"), f"rows.jsonl::r{i}") for i in range(100))
+    assert ran == sorted(unit for _, unit in order[:10])

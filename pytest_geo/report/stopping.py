@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from pytest_geo.data.record import RowRecord
+from pytest_geo.llm.prices import dollars
+from pytest_geo.llm.usage import total_cost
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence, guarantee
 
 MIN_ROUND = 10
@@ -249,3 +251,31 @@ def comparison_json(c: Comparison, scores: Mapping[str, object], alpha: float,
         "pairs": [{"first": p.first, "second": p.second, "decision": p.sequence.decision, "verdict": p.verdict,
                    "decided_after": p.decided_after, **p.sequence.as_json()} for p in c.pairs],
     }
+
+
+def sequential_json(monitor: Monitor, usage: Mapping[str, Mapping[str, int]], items_run: int) -> list[dict[str, Any]]:
+    """The report's `sequential` entries; dollars not spent are estimated at the run's
+    spend per GEO item so far (None when a model has no price)."""
+    total = total_cost(usage)
+    per_item = dollars(total[0]) / items_run if total is not None and items_run else None
+    return [comparison_json(c, monitor.scores, monitor.alpha, per_item) for c in monitor.comparisons]
+
+
+def sequential_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary's lines per sequential comparison."""
+    lines = []
+    for e in entries:
+        what = "variants of" if e["kind"] == "variants" else "against the baseline:"
+        state = "decided" if e["decided"] else "undecided"
+        saved = e["dollars_not_spent"]
+        money = f"${saved:.4f} not spent" if saved is not None else "dollars not spent unknown (no price)"
+        lines.append(f"sequential: {what} {e['suite']} [{e['split']}]: {state} after {e['rows_used']} of "
+                     f"{e['rows_available']} rows ({e['rows_run']} ran, {e['rows_excluded']} with an error left "
+                     f"out); {money}")
+        for p in e["pairs"]:
+            low, high = p["interval"]
+            when = f" after {p['decided_after']} rows" if p["decided_after"] is not None else ""
+            lines.append(f"  {p['verdict']}{when}: mean_diff={p['mean_diff']:+.4f} over {p['n']} rows, "
+                         f"anytime-valid interval [{low:+.4f}, {high:+.4f}]")
+        lines.append(f"  guarantee: {e['guarantee']}")
+    return lines
