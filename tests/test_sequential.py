@@ -135,3 +135,21 @@ def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served
     ran = sorted(r["nodeid"].removesuffix("[signal]") for r in data["rows"] if r["variant"] == "signal")
     order = sorted((run_order(7, f"rows.jsonl::r{i}"), f"rows.jsonl::r{i}") for i in range(100))
     assert ran == sorted(unit for _, unit in order[:10])
+
+
+def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: GeoProject) -> None:
+    args = strategies(served_project, 100)
+    result = served_project.pytester.runpytest_subprocess(
+        *args, "--geo-base-url", served_project.server.url, "-n", "2", "--geo-sequential", "--geo-concurrency", "4",
+        "--geo-report", "seq.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] + outcomes["skipped"] == 200 and outcomes["skipped"] >= 100
+    [entry] = report(served_project, "seq.json")["sequential"]
+    # The test read the first round in the seeded order, as under -n 0; the workers had
+    # already run a few rows more, which are reported and scored.
+    assert (entry["decided"], entry["rows_used"], entry["pairs"][0]["verdict"]) == (True, 10, "signal better than keep")
+    assert 10 <= entry["rows_run"] <= 60  # the overshoot: rows the workers had started
+    assert entry["rows_run"] <= outcomes["passed"] <= 2 * entry["rows_run"]  # a row's variants may part ways
+    assert len(served_project.server.requests) <= entry["rows_run"] * (1 + 2 * 2)  # nothing past those rows
+    result.stdout.fnmatch_lines([f"sequential: variants of rows.jsonl [[]train[]]: decided after 10 of 100 rows "
+                                 f"({entry['rows_run']} ran, 0 with an error left out); $* not spent"])
