@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from conftest import GeoProject
+from conftest import GeoProject, copy_prompts
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence
 from pytest_geo.report.stopping import run_order, simulate, simulated_differences
 
@@ -153,3 +153,47 @@ def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: G
     assert len(served_project.server.requests) <= entry["rows_run"] * (1 + 2 * 2)  # nothing past those rows
     result.stdout.fnmatch_lines([f"sequential: variants of rows.jsonl [[]train[]]: decided after 10 of 100 rows "
                                  f"({entry['rows_run']} ran, 0 with an error left out); $* not spent"])
+
+
+def test_a_sequential_baseline_gate_stops_once_the_drop_is_decided(served_project: GeoProject) -> None:
+    served_project.dataset(100)
+    served_project.run("rows.jsonl", "--geo-report", "base.json").assert_outcomes(passed=100)
+    (served_project.pytester.path / "prompts" / "rewriter_user.txt").write_text(KEEP, encoding="utf-8")
+    served_project.server.reset()
+    result = served_project.run("rows.jsonl", "--geo-baseline", "base.json", "--geo-sequential", "--geo-no-cache",
+                                "--geo-fail-on-regression", "--geo-concurrency", "4", "--geo-report", "seq.json")
+    # The rewrite now keeps every target where it was (0 against the baseline's 2): a drop.
+    # Differences against a baseline are bounded by twice a rank's range (+-4 here, as
+    # rank_before may differ too), so two rounds are needed where variants needed one.
+    result.assert_outcomes(passed=20, skipped=80, failed=1)
+    result.stdout.fnmatch_lines([
+        "dropped against the baseline: the sequential test decided the baseline better (mean_diff=-2.0000 over 20 "
+        "paired rows)",
+        "sequential: against the baseline: rows.jsonl [[]train[]]: decided after 20 of 100 rows (20 ran, 0 with an "
+        "error left out); $* not spent",
+        "  baseline better than this run after 20 rows: mean_diff=-2.0000 over 20 rows, anytime-valid interval "
+        "[[]-2.*, -0.*[]]",
+    ])
+    data = report(served_project, "seq.json")
+    assert data["baseline"]["suites"][0]["regression"] is True
+    assert data["sequential"][0]["kind"] == "baseline"
+    assert len(served_project.server.requests) == 20 * 3
+    # A decided-better run passes the gate: the baseline's own prompts against the KEEP run.
+    served_project.run("rows.jsonl", "--geo-report", "keep.json", "--geo-no-cache").assert_outcomes(passed=100)
+    (served_project.pytester.path / "prompts" / "rewriter_user.txt").unlink()
+    copy_prompts(served_project.pytester.path / "prompts")
+    better = served_project.run("rows.jsonl", "--geo-baseline", "keep.json", "--geo-sequential",
+                                "--geo-fail-on-regression", "--geo-no-cache")
+    better.assert_outcomes(passed=16, skipped=84)  # rounds of 16 rows: --geo-concurrency auto starts at 16
+    better.stdout.fnmatch_lines(["  this run better than baseline after 16 rows: *"])
+
+
+def test_sequential_needs_a_comparison_and_margin_needs_sequential(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    alone = served_project.run("rows.jsonl", "--geo-sequential")
+    alone.stderr.fnmatch_lines(["ERROR: --geo-sequential needs a paired comparison: two or more --geo-variant, "
+                                "or --geo-baseline PATH"])
+    margin = served_project.run("rows.jsonl", "--geo-margin", "0.5")
+    margin.stderr.fnmatch_lines(["ERROR: --geo-margin needs --geo-sequential"])
+    bad = served_project.run("rows.jsonl", "--geo-alpha", "1")
+    bad.stderr.fnmatch_lines(["*--geo-alpha: '1' must be between 0 and 1, both excluded"])

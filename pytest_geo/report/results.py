@@ -4,7 +4,7 @@ aggregated per suite, with thresholds and the baseline comparison."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
@@ -202,7 +202,12 @@ class Results:
         if self.baseline is None:
             return []
         scored = [r for r in self.records if is_scored(r)]
-        return compare([s.as_json() for s in self.suites()], scored, self.baseline)
+        comparisons = compare([s.as_json() for s in self.suites()], scored, self.baseline)
+        if self.sequential is None:
+            return comparisons
+        drops = self.sequential.baseline_drops()
+        return [replace(c, sequential_drop=drops[(c.suite, c.split)]) if (c.suite, c.split) in drops else c
+                for c in comparisons]
 
     def regressions(self) -> list[Comparison]:
         return [c for c in self.comparisons() if c.regression]

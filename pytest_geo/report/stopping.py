@@ -169,6 +169,11 @@ class Monitor:
     def in_comparison(self, nodeid: str) -> bool:
         return nodeid in self._where
 
+    def baseline_drops(self) -> dict[tuple[str, str], bool]:
+        """(suite, split) -> whether the test decided this run worse than the baseline."""
+        return {(c.suite, c.split): c.pairs[0].sequence.decision == WORSE
+                for c in self.comparisons if c.kind == BASELINE}
+
 
 def build_monitor(rows: Iterable[PlannedRow], *, seed: int, alpha: float, margin: float | None,
                   concurrency: int, variants: Sequence[str] = (),
