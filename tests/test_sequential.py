@@ -138,25 +138,27 @@ def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served
 
 
 def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: GeoProject) -> None:
-    args = strategies(served_project, 100)
+    args = strategies(served_project, 200)
     result = served_project.pytester.runpytest_subprocess(
         *args, "--geo-base-url", served_project.server.url, "-n", "2", "--geo-sequential", "--geo-concurrency", "4",
         "--geo-report", "seq.json")
     outcomes = result.parseoutcomes()
-    assert outcomes["passed"] + outcomes["skipped"] == 200 and outcomes["skipped"] >= 100
+    assert outcomes["passed"] + outcomes["skipped"] == 400
     data = report(served_project, "seq.json")
     [entry] = data["sequential"]
-    # The test read the first round in the seeded order, as under -n 0; the workers had
-    # already run a few rows more, which are reported and scored.
+    # The test read the first round in the seeded order, as under -n 0. xdist had sent each
+    # worker a chunk of rows at the start, so the second worker ran rows further on in the
+    # meantime: those are reported and scored (rows_run), and the overshoot is the price
+    # of the design (README: "Reading a sequential result").
     assert (entry["decided"], entry["rows_used"], entry["pairs"][0]["verdict"]) == (True, 10, "signal better than keep")
-    assert 10 <= entry["rows_run"] <= 60  # the overshoot: rows the workers had started
+    assert 10 <= entry["rows_run"] <= 100 and outcomes["skipped"] >= 200
     assert entry["rows_run"] <= outcomes["passed"] <= 2 * entry["rows_run"]  # a row's variants may part ways
     # Rows a worker had in flight when it learnt the decision are cancelled: their calls
     # so far are spent (and counted in the usage; a cancelled call may not have reached
     # the server), the rest are not made.
     calls = sum(role["calls"] for role in data["usage"].values())
-    assert len(served_project.server.requests) <= calls < 100 * (1 + 2 * 2) // 2
-    result.stdout.fnmatch_lines([f"sequential: variants of rows.jsonl [[]train[]]: decided after 10 of 100 rows "
+    assert len(served_project.server.requests) <= calls <= 200 * (1 + 2 * 2) // 2
+    result.stdout.fnmatch_lines([f"sequential: variants of rows.jsonl [[]train[]]: decided after 10 of 200 rows "
                                  f"({entry['rows_run']} ran, 0 with an error left out); $* not spent"])
 
 
