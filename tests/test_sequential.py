@@ -7,12 +7,15 @@ import json
 import math
 import random
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from fake_openai import FakeOpenAI
 
-from conftest import GeoProject, copy_prompts
+from conftest import PROMPTS, GeoProject, copy_prompts, egeo_workdir
+from pytest_geo.cli import main
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence
 from pytest_geo.report.stopping import run_order, simulate, simulated_differences
 
@@ -204,3 +207,39 @@ def test_sequential_needs_a_comparison_and_margin_needs_sequential(served_projec
     margin.stderr.fnmatch_lines(["ERROR: --geo-margin needs --geo-sequential"])
     bad = served_project.run("rows.jsonl", "--geo-alpha", "1")
     bad.stderr.fnmatch_lines(["*--geo-alpha: '1' must be between 0 and 1, both excluded"])
+
+
+def test_egeo_evaluate_sequential_stops_early_with_the_full_runs_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=100)
+    (tmp_path / "signal.txt").write_text(SIGNAL, encoding="utf-8")
+    (tmp_path / "keep.txt").write_text(KEEP, encoding="utf-8")
+    args = ["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--no-cache", "--base-url",
+            fake_openai.url, "--variant", "signal=signal.txt", "--variant", "keep=keep.txt", "--concurrency", "4"]
+    assert main([*args, "--report", "full.json"]) == 0
+    full = capsys.readouterr()
+    # stdout: the harness's metrics, per variant.
+    assert json.loads(full.out)["signal"]["avg_rank_improvement"] == 2.0
+    assert json.loads(full.out)["keep"]["avg_rank_improvement"] == 0.0
+    assert "  signal - keep: n=100 mean_diff=+2.0000" in full.err
+    assert len(fake_openai.requests) == 100 * (1 + 2 * 2)
+    fake_openai.reset()
+
+    assert main([*args, "--sequential", "--report", "seq.json"]) == 0
+    seq = capsys.readouterr()
+    assert ("sequential: variants of rows.jsonl [train]: decided after 10 of 100 rows (10 ran, 0 with an error left "
+            "out); $") in seq.err
+    assert "  signal better than keep after 10 rows: mean_diff=+2.0000 over 10 rows" in seq.err
+    assert len(fake_openai.requests) == 10 * (1 + 2 * 2)
+    [entry] = json.loads((tmp_path / "seq.json").read_text(encoding="utf-8"))["sequential"]
+    assert (entry["rows_used"], entry["rows_available"], entry["pairs"][0]["decision"]) == (10, 100, "better")
+
+
+def test_egeo_sequential_needs_two_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=3)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--dataset", "rows.jsonl", "--mock", "--sequential"])
+    assert exit_info.value.code == 2
+    assert "egeo: error: --sequential needs two or more --variant to compare" in capsys.readouterr().err
