@@ -243,3 +243,35 @@ def test_egeo_sequential_needs_two_variants(tmp_path: Path, monkeypatch: pytest.
         main(["evaluate", "--dataset", "rows.jsonl", "--mock", "--sequential"])
     assert exit_info.value.code == 2
     assert "egeo: error: --sequential needs two or more --variant to compare" in capsys.readouterr().err
+
+
+def test_errored_rows_stay_out_of_the_test_and_repeats_keep_their_noise_floor(served_project: GeoProject) -> None:
+    args = strategies(served_project, 100)
+    first = sorted((run_order(7, f"rows.jsonl::r{i}"), i) for i in range(100))[:2]
+    broken = {f"Query: red kettle number {i}\n" for _, i in first}  # two rows of the first round
+
+    def fault(body: dict[str, Any]) -> str | None:
+        text = json.dumps(body)
+        rewriter = "rewritten_description" in text
+        return "500" if rewriter and "Rewrite it." in text and any(json.dumps(b)[1:-1] in text for b in broken) else None
+
+    served_project.server.fault_for = fault
+    result = served_project.run(*args, "--geo-sequential", "--geo-repeats", "2", "--geo-max-retries", "0",
+                                "--geo-max-error-rate", "1", "--geo-concurrency", "4", "--geo-report", "seq.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes["xfailed"] == 2  # the signal variant of the two broken rows, tolerated
+    data = report(served_project, "seq.json")
+    [entry] = data["sequential"]
+    [pair] = entry["pairs"]
+    assert entry["rows_excluded"] == 2 and pair["n"] == entry["rows_used"] - 2 and pair["decision"] == "better"
+    assert outcomes["passed"] + outcomes["xfailed"] == 2 * entry["rows_run"]
+    assert all("judge_noise" in s for s in data["suites"])  # --geo-repeats 2: the noise floor is still there
+
+
+def test_the_ini_twins(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    served_project.pytester.makeini("[pytest]\ngeo_sequential = true\n")
+    served_project.run("rows.jsonl").stderr.fnmatch_lines(["ERROR: --geo-sequential needs a paired comparison*"])
+    served_project.pytester.makeini("[pytest]\ngeo_alpha = 2\n")
+    served_project.run("rows.jsonl").stderr.fnmatch_lines(
+        ["ERROR: ini option geo_alpha: '2' must be between 0 and 1, both excluded"])
