@@ -230,7 +230,9 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
                            and (monitor is None or not monitor.in_comparison(item.nodeid))])
         session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
-        session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
+        lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
+        if (run := sequential_run(session.config)) is not None:
+            lookahead.unwanted = lambda item: run.not_needed(item) is not None
     return (yield)
 
 
