@@ -147,12 +147,13 @@ class Monitor:
         score = {arm: self.scores[n] for arm, n in members.items()}
         if c.kind == BASELINE:
             score[BASELINE] = self.baseline.get(members[THIS_RUN])
-        if any(v is None for v in score.values()):
+        clean = {arm: value for arm, value in score.items() if value is not None}
+        if len(clean) < len(score):
             c.excluded += 1
             return
         for pair in c.pairs:
             if pair.sequence.decision is None:
-                pair.sequence.add(float(score[pair.first] or 0.0) - float(score[pair.second] or 0.0))
+                pair.sequence.add(clean[pair.first] - clean[pair.second])
 
     def needed(self, nodeid: str) -> bool:
         return nodeid not in self.stopped
