@@ -92,7 +92,7 @@ class SequentialRun:
                 self.directory = Path(directory)
                 worker = getattr(self.config, "workerinput", {}).get("workerid", "gw")
                 write_text_atomic(self.directory / f"plan-{worker}.json", json.dumps(plan), durable=False)
-        else:
+        elif plan:  # an xdist controller collects nothing: it reads a worker's plan (add)
             self._build(plan)
 
     def _build(self, plan: list[PlannedRow]) -> None:
