@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 DIR_KEY = "geo_sequential_dir"  # workerinput key: the shared directory
 DECIDED = "decided.json"
 SEQUENTIAL: pytest.StashKey[SequentialRun] = pytest.StashKey()
+ITEMS: pytest.StashKey[list[pytest.Item]] = pytest.StashKey()  # the session's items, for the rows to schedule
 
 
 def check_sequential(config: pytest.Config) -> None:
@@ -170,9 +171,6 @@ class SequentialRun:
             for path in self.directory.iterdir():
                 path.unlink(missing_ok=True)
             os.rmdir(self.directory)
-
-
-ITEMS: pytest.StashKey[list[pytest.Item]] = pytest.StashKey()
 
 
 class SequentialXdistHooks:
