@@ -224,10 +224,10 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     geo = running_session(session.config)
     if geo is not None and not is_xdist_worker(session.config):
         rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
-        monitor = run.monitor if (run := sequential_run(session.config)) is not None else None
-        # Under --geo-sequential a comparison's rows are scheduled a round at a time (below).
+        run = sequential_run(session.config)
+        # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
         geo.schedule_many([item.row for item in session.items if isinstance(item, GeoRowItem)
-                           and (monitor is None or not monitor.in_comparison(item.nodeid))])
+                           and (run is None or not run.in_comparison(item))])
         session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
         lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
@@ -240,12 +240,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     run = sequential_run(item.config)
     if run is not None and isinstance(item, GeoRowItem):
-        reason = run.not_needed(item)
-        geo = running_session(item.config)
-        if reason is not None:  # skipped like a skip mark, at the item's location
-            item.add_marker(pytest.mark.skip(reason=reason))
-        elif geo is not None and not is_xdist_worker(item.config):
-            run.schedule_round(item, geo)
+        run.before(item)
     lookahead = item.config.stash.get(LOOKAHEAD, None)
     if lookahead is not None:
         lookahead.before(item, nextitem)

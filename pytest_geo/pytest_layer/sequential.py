@@ -155,8 +155,21 @@ class SequentialRun:
             if isinstance(item, GeoRowItem) and item.nodeid in self._stopped:
                 geo.cancel(item.row)
 
-    def schedule_round(self, item: GeoRowItem, geo: GeoSession) -> None:
-        """Under -n 0: when a round's first item comes, schedule that round's needed rows."""
+    def before(self, item: GeoRowItem) -> None:
+        """A row no longer needed is skipped (a skip mark: reported at the item's
+        location, with the reason); under -n 0 a needed row's round is scheduled."""
+        reason = self.not_needed(item)
+        geo = running_session(self.config)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        elif geo is not None and not is_xdist_worker(self.config):
+            self._schedule_round(item, geo)
+
+    def in_comparison(self, item: GeoRowItem) -> bool:
+        return self.monitor is not None and self.monitor.in_comparison(item.nodeid)
+
+    def _schedule_round(self, item: GeoRowItem, geo: GeoSession) -> None:
+        """When a round's first item comes, schedule that round's needed rows."""
         if self.monitor is None or geo.scheduled(item.row) is not None:
             return
         if self._items is None:
