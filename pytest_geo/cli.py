@@ -9,7 +9,8 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pytest_geo import __version__
@@ -21,6 +22,7 @@ from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.options import (
+    alpha,
     any_int,
     concurrency,
     non_negative_int,
@@ -30,13 +32,16 @@ from pytest_geo.options import (
     reasoning_effort,
     structured_mode,
     temperature,
+    variant,
 )
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
+from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
 from pytest_geo.report.terminal import fact_lines, request_change_lines
+from pytest_geo.report.variants import compare_variants
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
@@ -140,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the status line on stderr while rows run: redrawn on a terminal, a plain "
                                "line at most every 10 s elsewhere (default: auto)")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
+    evaluate.add_argument("--variant", type=variant, action="append", default=[], metavar="NAME=PATH",
+                          help="compare rewriting strategies, as pytest --geo-variant: PATH is a rewriter user "
+                               "template or a prompts directory; repeatable. stdout is then the metrics per variant")
+    evaluate.add_argument("--sequential", action="store_true",
+                          help="with two or more --variant: rows in an order drawn with --seed, in rounds, stopping "
+                               "once an anytime-valid test decides every pair at --alpha (pytest --geo-sequential)")
+    evaluate.add_argument("--alpha", type=alpha, default=None, metavar="A",
+                          help="the chance of a wrong --sequential decision, at most (default: 0.05)")
+    evaluate.add_argument("--margin", type=positive_float, default=None, metavar="M",
+                          help="with --sequential: also decide 'equivalent' within M rank places")
     evaluate.add_argument(
         "--cache-dir",
         type=Path,
@@ -216,10 +231,21 @@ def _settings(args: argparse.Namespace) -> Settings:
         "use_cache": cache_dir is not None and not args.no_cache,
     }
     # evaluate's run flags; optimize-prompts keeps the defaults
-    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress"):
+    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress", "alpha", "margin"):
         given[name] = getattr(args, name, None)
+    given["sequential"] = getattr(args, "sequential", False)
+    given["variants"] = _variants(getattr(args, "variant", []))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
+
+
+def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
+    variants: dict[str, Path] = {}
+    for name, path in named:
+        if name in variants:
+            build_parser().error(f"--variant: variant {name!r} is given twice")
+        variants[name] = Path(path)
+    return variants
 
 
 class StderrOutput:
@@ -271,36 +297,53 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
 
 def evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if settings.sequential and len(settings.variants) < 2:
+        build_parser().error("--sequential needs two or more --variant to compare")
+    if settings.margin is not None and not settings.sequential:
+        build_parser().error("--margin needs --sequential")
     started, clock = time.time(), time.perf_counter()
     names, lines = _selected_lines(args.dataset, settings)
-    named_rows = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, GeoRow)]
+    dataset = str(args.dataset)
+    # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
+    named_rows = [(f"{dataset}::{name}", dataset, line) for name, line in zip(names, lines, strict=True)
+                  if isinstance(line, GeoRow)]
+    if settings.variants:
+        named_rows = [(f"{nodeid}[{v}]", f"{suite}[{v}]", replace(row, variant=v))
+                      for nodeid, suite, row in named_rows for v in settings.variants]
     problems = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
-    rows = [row for _, row in named_rows]
     for _, problem in problems:
         print(problem, file=sys.stderr)
     local = placeholder_key_host(settings)
     if local is not None:
         print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
     geo = GeoSession(settings)
+    results = Results()
+    monitor = _monitor(settings, named_rows) if settings.sequential else None
+    results.sequential = monitor
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
+        geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
         if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
             make_ignored_pytest_cache(PYTEST_CACHE)
-        outcomes = _run_rows(geo, rows, _progress(settings))
+        display = _progress(settings)
+        # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
+        for batch in _rounds(named_rows, monitor):
+            outcomes = _run_rows(geo, [row for _, _, row in batch], display)
+            for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
+                record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
+                results.add(record)
+                if monitor is not None:
+                    monitor.add(record)
+                if outcome.error is not None:
+                    print(f"{suite}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+                if args.verbose:
+                    print(json.dumps(verbose_line(outcome)))
     finally:
         geo.close()
     if not settings.mock:  # the mock has no rate limits to adapt to
         print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
-    # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
-    dataset = str(args.dataset)
-    usage = geo.usage_table()
-    results = Results(usage=usage, request_changes=geo.request_changes())
-    for (name, row), outcome in zip(named_rows, outcomes, strict=True):
-        results.add(geo_record(row, outcome.record(), suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
-        if outcome.error is not None:
-            print(f"{dataset}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
-        if args.verbose:
-            print(json.dumps(verbose_line(outcome)))
+    usage = results.usage = geo.usage_table()
+    results.request_changes = geo.request_changes()
     for name, problem in problems:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
@@ -314,7 +357,13 @@ def evaluate(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
         if not settings.mock:
             print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
-    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    for line in _comparison_lines(results):
+        print(line, file=sys.stderr)
+    if settings.variants:
+        metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
+        print(json.dumps({v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}, indent=2, sort_keys=True))
+    else:
+        print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
     written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
@@ -325,6 +374,40 @@ def evaluate(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
     failed = results.problems or results.write_errors
     return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
+
+
+Job = tuple[str, str, GeoRow]  # node id, suite, row
+
+
+def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
+    planned = [PlannedRow(nodeid=nodeid, suite=suite, split="train", unit=nodeid.removesuffix(f"[{row.variant}]"),
+                          variant=row.variant, candidates=len(row.candidates)) for nodeid, suite, row in jobs]
+    return build_monitor(planned, seed=settings.seed, alpha=settings.alpha, margin=settings.margin,
+                         concurrency=settings.concurrency or DEFAULT_CONCURRENCY, variants=list(settings.variants))
+
+
+def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]:
+    """Every row at once; under --sequential a round at a time in the seeded order, until
+    the comparison is decided (the caller feeds each round's records to the monitor)."""
+    if monitor is None:
+        yield list(jobs)
+        return
+    by_nodeid = {job[0]: job for job in jobs}
+    for comparison in monitor.comparisons:
+        for start in range(0, len(comparison.units), comparison.round_size):
+            if comparison.decided:
+                break
+            yield [by_nodeid[n] for _, members in comparison.units[start:start + comparison.round_size]
+                   for n in members.values()]
+
+
+def _comparison_lines(results: Results) -> list[str]:
+    """The variants' paired comparisons and the sequential decisions, as pytest prints them."""
+    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
+    if results.sequential is not None:
+        items_run = sum(1 for r in results.records if r["kind"] == "geo")
+        lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
+    return lines
 
 
 def verbose_line(outcome: Outcome) -> dict[str, object]:

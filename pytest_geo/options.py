@@ -77,6 +77,14 @@ def share(text: str) -> float:
     return value
 
 
+def alpha(text: str) -> float:
+    """An error rate: strictly between 0 and 1 (0 would never decide, 1 always)."""
+    value = finite_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be between 0 and 1, both excluded")
+    return value
+
+
 def temperature(text: str) -> float:
     value: float = _convert(text, float, "a number")
     if not 0 <= value <= 2:

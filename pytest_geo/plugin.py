@@ -32,6 +32,12 @@ from pytest_geo.pytest_layer.options import (
 )
 from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
+from pytest_geo.pytest_layer.sequential import (
+    ITEMS,
+    SequentialXdistHooks,
+    check_sequential,
+    sequential_run,
+)
 from pytest_geo.pytest_layer.state import (
     DATASETS,
     DECLARED_SUITES,
@@ -91,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     _load_baseline(config)
+    check_sequential(config)
     if not is_xdist_worker(config):
         check_report_paths(config)
     if config.option.markers:  # `pytest --markers` collects nothing: list the suites found without it
@@ -99,6 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(GeoXdistHooks(config), "geo-xdist")
         config.pluginmanager.register(LookaheadControllerHooks(config), "geo-xdist-lookahead")
+        run = sequential_run(config)
+        if run is not None and not is_xdist_worker(config):
+            config.pluginmanager.register(SequentialXdistHooks(run), "geo-xdist-sequential")
 
 
 def _check_variants(config: pytest.Config) -> None:
@@ -177,6 +187,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """After -k, -m and --deselect: --geo-limit and --geo-sample pick among what is left."""
     deselect_rows(config, items, settings_of(config))
+    run = sequential_run(config)
+    if run is not None:
+        run.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -188,6 +201,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _check_min_scores(session.config, {item.suite_name for item in rows})
     if session.config.option.collectonly:
         return
+    run = sequential_run(session.config)
+    if run is not None:
+        session.config.stash[ITEMS] = session.items
+        run.collected(session.items)
     if any(isinstance(item, GeoRowItem) for item in session.items):
         from pytest_geo.templates import PromptError
 
@@ -212,15 +229,23 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     geo = running_session(session.config)
     if geo is not None and not is_xdist_worker(session.config):
         rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
-        geo.schedule_many(rows)
+        run = sequential_run(session.config)
+        # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
+        geo.schedule_many([item.row for item in session.items if isinstance(item, GeoRowItem)
+                           and (run is None or not run.in_comparison(item))])
         session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
-        session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
+        lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
+        if (run := sequential_run(session.config)) is not None:
+            lookahead.unwanted = lambda item: run.not_needed(item) is not None
     return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    run = sequential_run(item.config)
+    if run is not None and isinstance(item, GeoRowItem):
+        run.before(item)
     lookahead = item.config.stash.get(LOOKAHEAD, None)
     if lookahead is not None:
         lookahead.before(item, nextitem)
@@ -262,6 +287,9 @@ class GeoCollector:
         record = getattr(report, "geo_record", None)
         if record is not None and report.when == "call":
             self.results.add(record)
+            run = sequential_run(self.config)
+            if run is not None:
+                run.add(record)
         stopped = getattr(report, "geo_stopped", None)
         if isinstance(stopped, str) and self.results.stopped is None:
             self.results.stopped = stopped
@@ -284,6 +312,9 @@ class GeoCollector:
             merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
             self.results.concurrency = merge_stats(self.results.concurrency, geo.concurrency_stats().as_json())
             merge_lessons(self.results.request_changes, geo.request_changes())
+        run = sequential_run(self.config)
+        if run is not None:
+            run.close()
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
             self.config.workeroutput["geo_request_changes"] = self.results.request_changes  # type: ignore[attr-defined]

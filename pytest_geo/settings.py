@@ -29,6 +29,7 @@ LOCAL_START_CONCURRENCY = 1
 LOCAL_MAX_CONCURRENCY = 8
 STRUCTURED_MODES = ("auto", "on", "off")
 DEFAULT_MAX_RETRIES = 4
+DEFAULT_ALPHA = 0.05  # --geo-alpha: the error rate --geo-sequential decisions keep
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
 MODEL_ENV = {"ranker": "RANKER_MODEL", "rewriter": "REWRITER_MODEL", "optimizer": "META_MODEL"}
 ROLES = ("ranker", "rewriter", "optimizer")
@@ -121,6 +122,11 @@ class Settings:
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
     # user template, or a directory of rewriter prompts (engine/variants.py). Empty: none.
     variants: dict[str, Path] = field(default_factory=dict)
+    # --geo-sequential: paired comparisons (variants, the baseline) stop once decided at
+    # `alpha`; with a `margin`, "equivalent within margin" decides too (report/stopping.py).
+    sequential: bool = False
+    alpha: float = DEFAULT_ALPHA
+    margin: float | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

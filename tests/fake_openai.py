@@ -1,7 +1,9 @@
 """A loopback server speaking the OpenAI chat-completions protocol, for tests and bench.
 
 It answers from the request itself (the candidates JSON in the ranker prompt, the
-description in the rewriter prompt) with the mock model's logic, so rows pass end to end.
+description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
+a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
+strategy that loses to the mock's, for comparisons of variants).
 Latency and faults are injectable; it records every request and the most in flight.
 
 Rate-limit mode (`rate_limit`): at most R requests per second (a token bucket holding
@@ -45,6 +47,7 @@ FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", 
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
+KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description unchanged
 
 
 class RateLimit:
@@ -207,6 +210,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         echo = f"You sent {json.dumps(headers)}.\n" if fault == "echo_headers" else ""
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
     description = DESCRIPTION.search(user)
+    if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
+        return json.dumps({"rewritten_description": description.group(1) if description else ""})
     rewritten = rewrite({"description": description.group(1) if description else ""})
     if fault == "echo_headers":
         rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())

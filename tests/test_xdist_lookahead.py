@@ -205,3 +205,18 @@ def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.
         assert scheduled == [item.row.line for item in rows[:4]]
     finally:
         geo.close()
+
+
+def test_rows_a_sequential_decision_made_unwanted_are_never_scheduled_ahead(rows: list[pytest.Item]) -> None:
+    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
+    queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
+    for index in range(1, 8):
+        queue.put(index)
+    lookahead = WorkerLookahead(geo, rows, queue.lock)
+    lookahead.unwanted = lambda item: item in rows[1:3]
+    try:
+        lookahead.before(rows[0], rows[1])
+        assert [geo.scheduled(item.row) is not None for item in rows] == [True, False, False, True, True, True,
+                                                                          False, False]
+    finally:
+        geo.close()

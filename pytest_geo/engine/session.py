@@ -156,6 +156,13 @@ class GeoSession:
         """The concurrency reached and the 429s seen. Read it after `close`."""
         return self.concurrency.stats()
 
+    def cancel(self, row: GeoRow) -> None:
+        """Drop a scheduled row that is no longer needed (--geo-sequential); one already
+        running finishes, and its outcome is never read."""
+        future = self._futures.pop(row.key, None)
+        if future is not None:
+            future.cancel()
+
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()
 

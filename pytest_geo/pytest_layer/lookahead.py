@@ -73,6 +73,8 @@ class WorkerLookahead:
         self.geo = geo
         self.items = items
         self.lock = lock
+        # Rows never to schedule ahead (--geo-sequential: their comparison is decided).
+        self.unwanted: Callable[[pytest.Item], bool] = lambda item: False
 
     @property
     def budget(self) -> int:
@@ -97,7 +99,7 @@ class WorkerLookahead:
         for candidate in dict.fromkeys(ahead):  # each once, in order
             if left <= 0:
                 break
-            if not isinstance(candidate, GeoRowItem):
+            if not isinstance(candidate, GeoRowItem) or self.unwanted(candidate):
                 continue
             future = self.geo.scheduled(candidate.row)
             if future is None:

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
+    alpha,
     any_int,
     concurrency,
     min_score,
@@ -26,6 +27,7 @@ from pytest_geo.options import (
     variant,
 )
 from pytest_geo.settings import (
+    DEFAULT_ALPHA,
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
@@ -62,6 +64,8 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "limit": ("geo_limit", "geo_limit", positive_int),
     "sample": ("geo_sample", "geo_sample", positive_int),
     "progress": ("geo_progress", "geo_progress", progress_mode),
+    "alpha": ("geo_alpha", "geo_alpha", alpha),
+    "margin": ("geo_margin", "geo_margin", positive_float),
 }
 
 
@@ -163,6 +167,16 @@ def add_options(parser: pytest.Parser) -> None:
                          "template, or a directory whose rewriter_*.txt override the run's prompts. Each row "
                          "runs once per variant (node id <dataset>::<row>[NAME]), sharing rank_before "
                          "(ini: geo_variants, one NAME = PATH a line; the command line replaces them).")
+    group.addoption("--geo-sequential", action="store_true", default=None,
+                    help="paired comparisons (--geo-variant, --geo-baseline) run their rows in an order drawn "
+                         "with the seed, in rounds, and stop once an anytime-valid test decides them at "
+                         "--geo-alpha; the rows left are skipped as not needed (ini: geo_sequential).")
+    group.addoption("--geo-alpha", type=alpha, default=None, metavar="A",
+                    help="the chance of a wrong --geo-sequential decision, at most "
+                         f"(ini: geo_alpha; default: {DEFAULT_ALPHA:g}).")
+    group.addoption("--geo-margin", type=positive_float, default=None, metavar="M",
+                    help="with --geo-sequential: also decide 'equivalent' once the mean difference is "
+                         "surely within M (rank places for GEO rows) (ini: geo_margin).")
 
     parser.addini("geo_suite_files", "glob patterns of YAML suite files", type="args", default=["*.geo.yaml"])
     parser.addini("geo_split", "suite rows to score: test, train or all", default="")
@@ -189,6 +203,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_progress", "the live status line: auto, on or off", default="")
     parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
     parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
+    parser.addini("geo_sequential", "stop paired comparisons once decided", type="bool", default=False)
+    parser.addini("geo_alpha", "the error rate of --geo-sequential decisions", default="")
+    parser.addini("geo_margin", "the equivalence margin of --geo-sequential", default="")
     parser.addini("geo_variants", "rewriting strategies to compare, one NAME = PATH a line (PATH relative to "
                   "the rootdir)", type="linelist", default=[])
 
@@ -221,6 +238,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["batch"] = bool(config.getini("geo_batch") if batch is None else batch)
     strict = config.getoption("geo_strict_facts")
     given["strict_facts"] = bool(config.getini("geo_strict_facts") if strict is None else strict)
+    sequential = config.getoption("geo_sequential")
+    given["sequential"] = bool(config.getini("geo_sequential") if sequential is None else sequential)
     given["prices"] = _prices(config)
     given["variants"] = variant_paths(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}

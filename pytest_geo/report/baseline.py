@@ -103,6 +103,9 @@ class Comparison:
     paired: Paired | None
     # Rows in both runs left out of the pairing because they errored in either run.
     errored_pairs: int = 0
+    # --geo-sequential: the anytime-valid test's word ("this run worse": True), which
+    # replaces the sign test's (read after optional stopping, a p-value means nothing).
+    sequential_drop: bool | None = None
 
     @property
     def label(self) -> str:
@@ -114,7 +117,10 @@ class Comparison:
 
     @property
     def regression(self) -> bool:
-        """A statistically significant drop: paired mean difference < 0 and p < 0.05."""
+        """A statistically significant drop: paired mean difference < 0 and p < 0.05, or
+        under --geo-sequential the sequential test decided the baseline better."""
+        if self.sequential_drop is not None:
+            return self.sequential_drop
         return self.paired is not None and self.paired.significant_drop(ALPHA)
 
     def summary(self) -> str:

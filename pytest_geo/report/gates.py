@@ -53,6 +53,13 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
             ))
     if fail_on_regression:
         for c in results.regressions():
+            if c.sequential_drop:
+                failures.append(GateFailure(
+                    gate_nodeid(results, c.suite, c.split, "regression"),
+                    "dropped against the baseline: the sequential test decided the baseline better"
+                    + (f" (mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows)" if c.paired else ""),
+                ))
+                continue
             assert c.paired is not None  # a regression is a paired result
             failures.append(GateFailure(
                 gate_nodeid(results, c.suite, c.split, "regression"),

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
-from pytest_geo.report.html_variants import noise_section, side_by_side_section, variants_section
+from pytest_geo.report.html_variants import (
+    noise_section,
+    sequential_section,
+    side_by_side_section,
+    variants_section,
+)
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
 from pytest_geo.report.viewer_data import script_json, viewer_data
 
@@ -321,7 +326,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                 "baseline",
             ),
         ]
-    parts += [*variants_section(report), *noise_section(report)]
+    parts += [*variants_section(report), *sequential_section(report), *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",

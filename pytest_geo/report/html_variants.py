@@ -109,3 +109,26 @@ def side_by_side_section(report: Mapping[str, Any]) -> list[str]:
         f'<script type="application/json" id="geo-variant-rows">{script_json(entries)}</script>',
         f"<script>{script}</script>",
     ]
+
+
+def sequential_section(report: Mapping[str, Any]) -> list[str]:
+    """--geo-sequential: per comparison the decision, the rows it used and the money left
+    unspent, and the guarantee in words."""
+    entries = report.get("sequential") or []
+    if not entries:
+        return []
+    parts = ["<h2>Sequential comparisons</h2>"]
+    for e in entries:
+        saved = e.get("dollars_not_spent")
+        parts.append(f'<p class="meta">{escape(e["suite"])} [{escape(e["split"])}] '
+                     f'{"against the baseline" if e["kind"] == "baseline" else "variants"}: '
+                     f'{"decided" if e["decided"] else "undecided"} after {e["rows_used"]} of '
+                     f'{e["rows_available"]} rows ({e["rows_run"]} ran); '
+                     f'{escape(f"${saved:.4f}" if saved is not None else "unknown")} not spent. '
+                     f'Guarantee: {escape(e["guarantee"])}.</p>')
+        rows = ["<tr>" + _td(p["verdict"]) + _td(str(p["decided_after"] or ""), "num") + _td(str(p["n"]), "num")
+                + _num(p["mean_diff"], sign=True) + _td(format_ci(p["interval"]), "num") + "</tr>"
+                for p in e["pairs"]]
+        parts.append(_table("sequential", ("decision", "decided after rows", "rows in the test", "mean diff",
+                                           "anytime-valid interval"), rows))
+    return parts

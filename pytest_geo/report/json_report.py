@@ -18,6 +18,7 @@ from pytest_geo.report.results import (
     order,
     statistics,
 )
+from pytest_geo.report.stopping import sequential_json
 from pytest_geo.report.variants import compare_variants
 
 
@@ -42,6 +43,9 @@ def build_report(results: Results) -> dict[str, Any]:
         report["concurrency"] = results.concurrency
     if results.request_changes:
         report["request_changes"] = results.request_changes
+    if results.sequential is not None:
+        items_run = sum(1 for r in results.records if r["kind"] == "geo")
+        report["sequential"] = sequential_json(results.sequential, results.usage, items_run)
     if results.baseline is not None:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
                               "differences": results.baseline_differences}

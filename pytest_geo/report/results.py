@@ -4,7 +4,7 @@ aggregated per suite, with thresholds and the baseline comparison."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
@@ -15,6 +15,7 @@ from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
     from pytest_geo.report.gates import GateFailure
+    from pytest_geo.report.stopping import Monitor
 
 REPORT_FORMAT_VERSION = 1
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
@@ -123,6 +124,10 @@ class Results:
     # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
     selected: set[str] = field(default_factory=set)
     stopped: str | None = None  # why the model server stopped being called (llm/breaker.py)
+    # --geo-sequential: the comparisons and the rows their decisions made unnecessary
+    # (skipped, never scored, and not counted as rows that did not run).
+    sequential: Monitor | None = None
+    not_needed: set[str] = field(default_factory=set)
     write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
@@ -143,8 +148,8 @@ class Results:
 
     @property
     def not_run(self) -> int:
-        """Selected rows that never reported a result."""
-        return len(self.selected - {r["nodeid"] for r in self.records})
+        """Selected rows that never reported a result (and were needed)."""
+        return len(self.selected - {r["nodeid"] for r in self.records} - self.not_needed)
 
     @property
     def complete(self) -> bool:
@@ -199,7 +204,12 @@ class Results:
         if self.baseline is None:
             return []
         scored = [r for r in self.records if is_scored(r)]
-        return compare([s.as_json() for s in self.suites()], scored, self.baseline)
+        comparisons = compare([s.as_json() for s in self.suites()], scored, self.baseline)
+        if self.sequential is None:
+            return comparisons
+        drops = self.sequential.baseline_drops()
+        return [replace(c, sequential_drop=drops[(c.suite, c.split)]) if (c.suite, c.split) in drops else c
+                for c in comparisons]
 
     def regressions(self) -> list[Comparison]:
         return [c for c in self.comparisons() if c.regression]

@@ -15,6 +15,7 @@ from pytest_geo.report.results import (
     fact_violation_rate,
     statistics,
 )
+from pytest_geo.report.stopping import sequential_json, sequential_lines
 from pytest_geo.report.variants import compare_variants
 from pytest_geo.scoring import Summary
 
@@ -55,6 +56,9 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     for comparison in compare_variants(results.records, results.suites()):
         lines += comparison.lines(show_split)
+    if results.sequential is not None:
+        items_run = sum(1 for r in results.records if r["kind"] == "geo")
+        lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
     lines += fact_lines(results)
     for suite in results.suites():
         if suite.errors and suite.metric != GEO_METRIC:
