@@ -18,6 +18,7 @@ from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProble
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.session import GeoSession, Outcome
+from pytest_geo.llm.budget import BudgetError, BudgetLimits, Ledger, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
 from pytest_geo.llm.usage import cost_line, usage_lines
@@ -25,6 +26,7 @@ from pytest_geo.options import (
     alpha,
     any_int,
     concurrency,
+    dollars,
     non_negative_int,
     positive_float,
     positive_int,
@@ -144,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",
                           help="the status line on stderr while rows run: redrawn on a terminal, a plain "
                                "line at most every 10 s elsewhere (default: auto)")
+    evaluate.add_argument("--budget", type=dollars, default=None, metavar="DOLLARS",
+                          help="spend at most DOLLARS on model calls at list prices: each call reserves its worst "
+                          "case before it is sent; a call that would cross the budget is not sent, and the rows "
+                          "it leaves are not run (exit status 1)")
+    evaluate.add_argument("--budget-tokens", type=positive_int, default=None, metavar="N",
+                          help="the same bound in tokens (prompt and answer); for models without a price, or "
+                          "together with --budget (both hold)")
     evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
     evaluate.add_argument("--variant", type=variant, action="append", default=[], metavar="NAME=PATH",
                           help="compare rewriting strategies, as pytest --geo-variant: PATH is a rewriter user "
@@ -231,7 +240,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "use_cache": cache_dir is not None and not args.no_cache,
     }
     # evaluate's run flags; optimize-prompts keeps the defaults
-    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress", "alpha", "margin"):
+    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress", "alpha", "margin", "budget",
+                 "budget_tokens"):
         given[name] = getattr(args, name, None)
     given["sequential"] = getattr(args, "sequential", False)
     given["variants"] = _variants(getattr(args, "variant", []))
@@ -301,6 +311,18 @@ def evaluate(args: argparse.Namespace) -> int:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
         build_parser().error("--margin needs --sequential")
+    check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
+                 "built-in table only)")
+    if not BudgetLimits.of(settings).active:
+        return _evaluate(args, settings)
+    ledger = settings.budget_ledger = Ledger.create()
+    try:
+        return _evaluate(args, settings)
+    finally:
+        ledger.unlink(missing_ok=True)
+
+
+def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
     names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
@@ -328,8 +350,11 @@ def evaluate(args: argparse.Namespace) -> int:
         display = _progress(settings)
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
+            results.selected.update(nodeid for nodeid, _, _ in batch)
             outcomes = _run_rows(geo, [row for _, _, row in batch], display)
             for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
+                if outcome.not_run:  # never sent (the budget, a server found unusable): no score
+                    continue
                 record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
                 results.add(record)
                 if monitor is not None:
@@ -344,6 +369,7 @@ def evaluate(args: argparse.Namespace) -> int:
         print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
     usage = results.usage = geo.usage_table()
     results.request_changes = geo.request_changes()
+    results.budget = budget_status(settings)
     for name, problem in problems:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
@@ -357,6 +383,12 @@ def evaluate(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
         if not settings.mock:
             print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
+    if results.budget is not None:
+        print(results.budget.line(), file=sys.stderr)
+    stopped = geo.stopped or results.budget_reached
+    if stopped is not None and not results.complete:
+        print(f"egeo: partial run: {results.not_run} of {len(results.selected)} rows did not run ({stopped}); "
+              "the metrics cover only the rows that ran", file=sys.stderr)
     for line in _comparison_lines(results):
         print(line, file=sys.stderr)
     if settings.variants:
@@ -372,7 +404,7 @@ def evaluate(args: argparse.Namespace) -> int:
             print(f"{kind} written to {path}", file=sys.stderr)
     for error in results.write_errors:
         print(error, file=sys.stderr)
-    failed = results.problems or results.write_errors
+    failed = results.problems or results.write_errors or not results.complete
     return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
 
 
@@ -458,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -70,6 +70,12 @@ def finite_float(text: str) -> float:
     return value
 
 
+def dollars(text: str) -> float:
+    """An amount of money to spend: finite and more than 0 (`$` allowed: `$0.50`)."""
+    value = finite_float(text.strip().removeprefix("$"))
+    return _at_least(value, text, 0, strict=True)
+
+
 def share(text: str) -> float:
     value = finite_float(text)
     if not 0 <= value <= 1:

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_geo.llm.profiles import merge_lessons
 from pytest_geo.llm.usage import merge_usage
+from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
@@ -87,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "geo: a GEO rank-experiment row collected by pytest-geo")
     config.stash[SETTINGS] = settings_from_config(config)
     _check_variants(config)
+    start_budget(config)
     config.stash[SESSION] = None
     config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
     config.stash[REGISTERED_MARKERS] = set()
@@ -336,6 +338,10 @@ class GeoXdistHooks:
         self.config = config
         self.results = results_of(config)
         self.checked = False
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Every worker spends from the controller's one budget ledger."""
+        pass_ledger(self.config, node.workerinput)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller collects nothing: the first worker's ids name the suites."""

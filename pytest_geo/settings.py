@@ -127,6 +127,11 @@ class Settings:
     sequential: bool = False
     alpha: float = DEFAULT_ALPHA
     margin: float | None = None
+    # Spending limits, never crossed (llm/budget.py): dollars at list prices, and tokens
+    # (prompt and answer); None: no limit. The ledger file is shared by the run's processes.
+    budget: float | None = None
+    budget_tokens: int | None = None
+    budget_ledger: Path | None = None
 
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))

@@ -18,6 +18,11 @@ serves as reasoning models, and for those in `refuses_temperature` (an unknown n
 a `temperature` other than 1 and any `max_tokens` get HTTP 400 with OpenAI's exact error
 bodies; `refused` records each refusal as (model, param).
 
+Usage: each answer reports the tokens of what the server received and sent, counted as
+words and punctuation marks (near a BPE tokenizer's count for English) plus OpenAI's chat
+formatting (4 tokens a message, 3 priming the answer); `billed` adds up what it reported,
+the server's own count a budget test compares with.
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -122,6 +127,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         # temperature and max_tokens as the o-series and gpt-5 do.
         self.refuses_temperature: set[str] = set()
         self.refused: list[tuple[str, str]] = []  # (model, param) of each contract refusal
+        # The usage of every chat completion the server answered (not batches), added up.
+        self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
         self.thread: threading.Thread | None = None
 
     @property
@@ -147,6 +154,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.holds = None
             self.fault_for = None
             self.refused.clear()
+            self.billed = dict.fromkeys(self.billed, 0)
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -241,22 +249,33 @@ def reasoning_refusal(body: dict[str, Any], refuses_temperature: set[str] = froz
     return None
 
 
+TOKEN = re.compile(r"\w+|[^\w\s]")  # a word or a punctuation mark
+
+
+def count_tokens(text: str) -> int:
+    return len(TOKEN.findall(text))
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """Each message's text, 4 tokens of chat format around it, 3 priming the answer."""
+    return 3 + sum(4 + count_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
+
+
 BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)
 
 
 def completion(body: dict[str, Any], fault: str | None = None, number: int = 0,
                headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """A chat.completion object answering `body`, with usage counted in words."""
+    """A chat.completion object answering `body`, with usage counted from what it holds."""
     content = answer_for(body, fault, headers)
-    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    prompt, answer = prompt_tokens(body), count_tokens(content)
     return {
         "id": f"chatcmpl-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "fake"),
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
-                  "total_tokens": prompt_tokens + len(content.split())},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": prompt + answer},
     }
 
 
@@ -314,7 +333,7 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 limit = self.server.rate_limit
                 stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
-                         "rate_limited": limit.refused if limit is not None else 0}
+                         "rate_limited": limit.refused if limit is not None else 0, **self.server.billed}
             self._send(200, stats)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -388,7 +407,11 @@ class _Handler(BaseHTTPRequestHandler):
                            {"retry-after-ms": "20"})
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            self._send(200, completion(body, fault, len(server.requests), headers), limit_headers)
+            answer = completion(body, fault, len(server.requests), headers)
+            with server.lock:
+                for name in server.billed:
+                    server.billed[name] += answer["usage"][name]
+            self._send(200, answer, limit_headers)
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:

@@ -6,14 +6,15 @@
                remembering it beside the cache (llm/lessons.py)
     Cache      answers already given to the same body from the same server (llm/cache.py)
     Breaker    stops calling a server that cannot serve the run (llm/breaker.py)
+    Budget     --geo-budget: reserves each call's worst case before it is sent (llm/budget.py)
     Bounded    at most N requests in flight, N moved by the concurrency controller
                (engine/runner.py, engine/adaptive.py)
     Batch      --geo-batch: the calls go through the Batch API (llm/batch.py)
     backend    the OpenAI SDK client, the mock, or a client a conftest gave
 
-so a cache hit never waits for a request slot and is served while the server is down,
-and the cache keys on the body as sent. A layer that must see every call before it is
-counted or cached (a budget's reservation) goes between Usage and Healing."""
+so a cache hit never waits for a request slot, is served while the server is down and
+reserves no budget (it costs nothing), a call waiting for budget holds no request slot,
+and the cache keys on the body as sent."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pytest_geo.engine.adaptive import Controller, controller_for
 from pytest_geo.engine.runner import BoundedClient
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.breaker import Breaker
+from pytest_geo.llm.budget import with_budget
 from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache
 from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.lessons import load_lessons, save_lessons
@@ -86,7 +88,7 @@ def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientS
     bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded)
     # The breaker trips after as many consecutive failed calls as there are request slots
     # at the start (each already retried): every call in flight failed, then as many again.
-    breaker = Breaker(bounded, getattr(backend, "base_url", None),
+    breaker = Breaker(with_budget(bounded, settings), getattr(backend, "base_url", None),
                       consecutive=max(MIN_CONSECUTIVE_FAILURES, concurrency.requests.limit))
     cached = with_cache(breaker, backend, settings)
     remembered, remember = remembered_lessons(settings, backend)

@@ -16,6 +16,7 @@ from pytest_geo.data.record import (
     suite_record,
     where,
 )
+from pytest_geo.pytest_layer.budget import budget_reached
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, geo_session_of
 from pytest_geo.scoring import Score, shorten_repr
 from pytest_geo.suites.procedures import running_with
@@ -72,9 +73,9 @@ class GeoRowItem(GeoItem):
         geo = geo_session_of(self.config)
         outcome = geo.outcome(self.row)
         if outcome.not_run:
-            # One failure for the whole run (the model_server gate), not one per row.
-            self.geo_stopped = geo.stopped or outcome.error
-            pytest.skip(f"not run: {self.geo_stopped}")
+            # One failure for the whole run (the model_server or budget gate), not one per row.
+            self.geo_stopped = geo.stopped
+            pytest.skip(f"not run: {geo.stopped or outcome.error}")
         self.geo_record = geo_record(self.row, outcome.record(), suite=self.suite_name, split=self.split,
                                      nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
@@ -105,6 +106,9 @@ class SuiteItem(GeoItem):
 
     def runtest(self) -> None:
         score = self._score()
+        reached = budget_reached(self.config) if score.error else None
+        if reached is not None:  # its model call was not sent: the budget gate fails once for the run
+            pytest.skip(f"not run: {reached}")
         self.geo_record = suite_record(
             self._where("suite", self.metric.name), self.index, shorten_repr(self.value, 200), score.value,
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,

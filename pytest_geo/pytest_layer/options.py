@@ -14,6 +14,7 @@ from pytest_geo.options import (
     alpha,
     any_int,
     concurrency,
+    dollars,
     min_score,
     non_negative_int,
     positive_float,
@@ -66,6 +67,8 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "progress": ("geo_progress", "geo_progress", progress_mode),
     "alpha": ("geo_alpha", "geo_alpha", alpha),
     "margin": ("geo_margin", "geo_margin", positive_float),
+    "budget": ("geo_budget", "geo_budget", dollars),
+    "budget_tokens": ("geo_budget_tokens", "geo_budget_tokens", positive_int),
 }
 
 
@@ -152,6 +155,14 @@ def add_options(parser: pytest.Parser) -> None:
                     help="a status line of rows done, in flight, errors, retries, tokens, cost and ETA "
                          "while a row holds back pytest's output: redrawn on a terminal, a plain line at "
                          "most every 10 s elsewhere; auto (default) is off under -q -q (ini: geo_progress).")
+    group.addoption("--geo-budget", type=dollars, default=None, metavar="DOLLARS",
+                    help="spend at most DOLLARS on model calls, at list prices: each call reserves its worst "
+                         "case (prompt and output-token cap) before it is sent, and a call that would cross "
+                         "the budget is not sent; the rows it leaves are not run and pytest-geo::budget "
+                         "fails. Shared by xdist workers (ini: geo_budget).")
+    group.addoption("--geo-budget-tokens", type=positive_int, default=None, metavar="N",
+                    help="the same bound in tokens (prompt and answer); for models without a price, or "
+                         "together with --geo-budget (both hold) (ini: geo_budget_tokens).")
     group.addoption("--geo-baseline", metavar="PATH", default=None,
                     help="compare this run with an earlier --geo-report JSON file.")
     group.addoption("--geo-baseline-force", action="store_true", default=False,
@@ -201,6 +212,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_prices", "model prices in dollars per million tokens, one "
                   "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
     parser.addini("geo_progress", "the live status line: auto, on or off", default="")
+    parser.addini("geo_budget", "most dollars to spend on model calls, at list prices", default="")
+    parser.addini("geo_budget_tokens", "most tokens (prompt and answer) to spend on model calls", default="")
     parser.addini("geo_limit", "run only the first N rows of each dataset", default="")
     parser.addini("geo_sample", "run N rows of each dataset drawn with the seed", default="")
     parser.addini("geo_sequential", "stop paired comparisons once decided", type="bool", default=False)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_geo.llm.usage import cost_line, usage_lines
+from pytest_geo.pytest_layer.budget import final_budget
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
 from pytest_geo.report.concurrency import stats_line
@@ -24,6 +25,7 @@ def report_gates(session: pytest.Session) -> None:
     test report (gate_reports.py), which also makes the exit status 1."""
     config = session.config
     results = results_of(config)
+    results.budget = final_budget(config)  # every worker is done: what they spent together
     results.gates = gate_failures(results, fail_on_regression=config.getoption("geo_fail_on_regression"),
                                   max_error_rate=config.stash[MAX_ERROR_RATE])
     send_gate_reports(session, results.gates)
@@ -32,6 +34,7 @@ def report_gates(session: pytest.Session) -> None:
 def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> None:
     """Write the reports asked for."""
     results.metadata = run_metadata(settings_of(config), started, duration)
+    results.budget = final_budget(config)
     html_path = None if results.nothing_selected else config.getoption("geo_html")
     # Paths were checked at start; a write that still fails is one line in the summary.
     write_report_files(results, config.getoption("geo_report"), html_path, who="pytest-geo",
@@ -52,6 +55,8 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
             terminalreporter.write_line(cost_line(results.usage))
     for line in request_change_lines(results.request_changes):
         terminalreporter.write_line(printable(line))
+    if results.budget is not None:
+        terminalreporter.write_line(results.budget.line())
     if results.concurrency is not None and not settings_of(config).mock:  # the mock has no rate limits
         terminalreporter.write_line(stats_line(results.concurrency))
     # Where the reports went, together after the metrics (the Evals: block stays last).

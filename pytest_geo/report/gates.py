@@ -12,6 +12,7 @@ from pytest_geo.report.numbers import format_p
 from pytest_geo.report.results import Results, SuiteResult
 
 MODEL_SERVER_GATE = "pytest-geo::model_server"
+BUDGET_GATE = "pytest-geo::budget"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
     failures = []
     if results.stopped is not None:
         failures.append(GateFailure(MODEL_SERVER_GATE, f"{results.stopped}; {results.not_run} row(s) not run"))
+    if results.budget_reached is not None:
+        failures.append(GateFailure(BUDGET_GATE, f"{results.budget_reached}; {results.not_run} row(s) not run"))
     for suite in results.suites():
         if suite.below_threshold:
             failures.append(GateFailure(

@@ -261,8 +261,10 @@ def partial_run_banner(report: Mapping[str, Any]) -> str:
     """An interrupted run's scores cover only the rows that ran: say so first."""
     if report.get("complete", True):
         return ""
+    reached = (report.get("budget") or {}).get("reached")
+    why = f" The budget was reached: {escape(str(reached))}." if reached else ""
     return (f'<p class="banner partial" role="alert">Partial run: {escape(str(report.get("not_run", "?")))} '
-            "selected rows did not run; the scores cover only the rows that ran.</p>")
+            f"selected rows did not run; the scores cover only the rows that ran.{why}</p>")
 
 
 def render_html(report: Mapping[str, Any]) -> str:

@@ -46,6 +46,8 @@ def build_report(results: Results) -> dict[str, Any]:
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         report["sequential"] = sequential_json(results.sequential, results.usage, items_run)
+    if results.budget is not None:
+        report["budget"] = results.budget.as_json()
     if results.baseline is not None:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
                               "differences": results.baseline_differences}

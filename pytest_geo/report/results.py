@@ -14,6 +14,7 @@ from pytest_geo.scoring import Summary, summarize
 from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
+    from pytest_geo.llm.budget import BudgetStatus
     from pytest_geo.report.gates import GateFailure
     from pytest_geo.report.stopping import Monitor
 
@@ -128,6 +129,7 @@ class Results:
     # (skipped, never scored, and not counted as rows that did not run).
     sequential: Monitor | None = None
     not_needed: set[str] = field(default_factory=set)
+    budget: BudgetStatus | None = None  # --geo-budget: spent, and why it stopped calls (llm/budget.py)
     write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
@@ -154,6 +156,10 @@ class Results:
     @property
     def complete(self) -> bool:
         return self.not_run == 0
+
+    @property
+    def budget_reached(self) -> str | None:
+        return self.budget.reached if self.budget is not None else None
 
     @property
     def problems(self) -> list[RowRecord]:

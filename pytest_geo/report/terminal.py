@@ -65,7 +65,8 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
             lines.append(f"errors: {suite.label} [{suite.split}]: {suite.errors} of {suite.summary.n} rows "
                          f"errored (error_rate={suite.error_rate:.4f}), each scored 0.0")
     if not results.complete:
-        lines.append(f"partial run: {results.not_run} of {len(results.selected)} selected rows did not run; "
+        why = " (the budget was reached)" if results.budget_reached is not None else ""
+        lines.append(f"partial run: {results.not_run} of {len(results.selected)} selected rows did not run{why}; "
                      "the scores cover only the rows that ran")
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
