@@ -1,0 +1,332 @@
+"""--geo-budget and --geo-budget-tokens: every call reserves its worst case before it is
+sent, so the run never spends more than the budget (the fake server's own count agrees),
+under xdist too; rows left are not run and pytest-geo::budget fails; cached answers cost
+nothing; a dollar budget over a model without a price is a usage error before any call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import FakeOpenAI
+
+from conftest import PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
+from pytest_geo.llm.base import ChatRequest
+from pytest_geo.llm.budget import BudgetLimits, Cost, Ledger, prompt_token_bound
+from pytest_geo.options import dollars
+
+# gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case
+# is about $0.0026 (its prompt and the 4,096-token output cap), a fake-server row costs
+# about $0.00015: $0.004 runs several rows, then the next call cannot fit.
+BUDGET = 0.004
+
+
+def report(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def server_dollars(server: FakeOpenAI) -> float:
+    return (server.billed["prompt_tokens"] * 0.15 + server.billed["completion_tokens"] * 0.60) / 1e6
+
+
+def assert_within(budget: dict[str, Any], server: FakeOpenAI, limit: float | None, tokens: int | None) -> None:
+    """What the run charged stays within the budget, and the server billed what the run
+    counted (plus at most the worst cases of calls cut off before their answer)."""
+    billed = sum(server.billed.values())
+    assert budget["spent_tokens"] <= billed <= budget["spent_tokens"] + budget["unknown_tokens"]
+    assert budget["spent_tokens"] > 0
+    if limit is not None:
+        assert budget["spent_usd"] + budget["unknown_usd"] <= limit
+        assert server_dollars(server) <= limit
+    if tokens is not None:
+        assert budget["spent_tokens"] + budget["unknown_tokens"] <= tokens and billed <= tokens
+
+
+def junit_failures(path: Path) -> dict[str, str]:
+    root = ET.parse(path).getroot()
+    return {f"{case.get('classname')}::{case.get('name')}": failure.get("message", "")
+            for case in root.iter("testcase") for failure in case.iter("failure")}
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, workers: str) -> None:
+    pytest.importorskip("xdist")
+    rows = 16
+    result = served_project.pytester.runpytest(
+        str(served_project.dataset(rows)), "--geo-base-url", served_project.server.url, "-n", workers,
+        "-p", "no:cacheprovider", "-rs", "--geo-concurrency", "2", "--geo-budget", str(BUDGET),
+        "--geo-report", "r.json", "--junitxml", "j.xml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes["passed"] >= 1 and outcomes["skipped"] >= 1
+    assert outcomes["passed"] + outcomes["skipped"] == rows
+    data = report(served_project.pytester.path / "r.json")
+    assert_within(data["budget"], served_project.server, BUDGET, None)
+    assert data["budget"]["spent_usd"] == pytest.approx(data["cost"]["total"])  # the ledger and usage agree
+    assert data["budget"]["budget_usd"] == BUDGET and data["budget"]["refused_calls"] >= 1
+    assert data["complete"] is False and data["not_run"] == outcomes["skipped"]
+    assert len(data["rows"]) == outcomes["passed"]  # rows not run are never scored rows
+    reached = data["budget"]["reached"]
+    assert re.fullmatch(r"budget reached: a (ranker|rewriter) call to gpt-4o-mini may cost up to \$0\.00\d+ "
+                        r"\(its prompt and the 4,096-token output cap\), and \$0\.00\d+ of \$0\.004000 is left",
+                        reached), reached
+    gate = f"{reached}; {outcomes['skipped']} row(s) not run"
+    assert data["gates"] == [{"nodeid": "pytest-geo::budget", "message": gate}]
+    assert junit_failures(served_project.pytester.path / "j.xml") == {"pytest-geo::budget": gate}
+    lines = result.stdout.lines
+    assert f"1 failed, {outcomes['passed']} passed, {outcomes['skipped']} skipped" in lines[-1]
+    assert lines[lines.index(next(line for line in lines if "_ pytest-geo::budget _" in line)) + 1] == gate
+    result.stdout.fnmatch_lines([
+        f"SKIPPED [[]{outcomes['skipped']}[]] *: not run: {reached}",
+        f"budget: $0.00* spent of $0.004000; {reached}",
+        f"partial run: {outcomes['skipped']} of {rows} selected rows did not run (the budget was reached); "
+        "the scores cover only the rows that ran",
+    ])
+
+
+def test_a_token_budget_holds_for_a_model_without_a_price(served_project: GeoProject) -> None:
+    tokens = 12000
+    result = served_project.run(
+        str(served_project.dataset(16)), "--geo-ranker-model", "llama-local", "--geo-rewriter-model", "llama-local",
+        "--geo-concurrency", "2", "--geo-budget-tokens", str(tokens), "--geo-report", "r.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes["passed"] >= 1 and outcomes["skipped"] >= 1
+    budget = report(served_project.pytester.path / "r.json")["budget"]
+    assert_within(budget, served_project.server, None, tokens)
+    assert budget["budget_usd"] is None and budget["budget_tokens"] == tokens
+    result.stdout.fnmatch_lines([
+        f"budget: {budget['spent_tokens']:,} tokens spent of 12,000; budget reached: a * call to llama-local may "
+        "cost up to * tokens (its prompt and the 4,096-token output cap), and * of 12,000 tokens is left"])
+
+
+def test_both_bounds_hold_together(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(16)), "--geo-concurrency", "2",
+                                "--geo-budget", "1", "--geo-budget-tokens", "12000", "--geo-report", "r.json")
+    assert result.parseoutcomes()["skipped"] >= 1
+    budget = report(served_project.pytester.path / "r.json")["budget"]
+    assert_within(budget, served_project.server, 1.0, 12000)
+    assert " tokens is left" in budget["reached"]  # the dollars were far from reached: the tokens stopped it
+    result.stdout.fnmatch_lines([f"budget: $0.00* spent of $1.000, {budget['spent_tokens']:,} tokens spent of 12,000; *"])
+
+
+@pytest.mark.parametrize("given", [["--geo-budget", "1"], ["ini"]])
+def test_a_dollar_budget_over_a_model_without_a_price_is_a_usage_error(
+        served_project: GeoProject, given: list[str]) -> None:
+    if given == ["ini"]:
+        served_project.pytester.makeini("[pytest]\ngeo_budget = 1\n")
+        given = []
+    result = served_project.run(str(served_project.dataset(2)), "--geo-rewriter-model", "llama-local", *given)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --geo-budget: no price for the rewriter model llama-local, so its calls cannot be held to a budget "
+        "in dollars: add it to the ini option geo_prices, or bound tokens with --geo-budget-tokens N"])
+    assert served_project.server.requests == []
+
+
+def test_a_price_from_geo_prices_or_a_token_bound_lets_it_run(served_project: GeoProject) -> None:
+    served_project.pytester.makeini("[pytest]\ngeo_prices =\n    house-model = 1, 3\n")
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset, "--geo-rewriter-model", "house-model", "--geo-budget", "1").assert_outcomes(passed=2)
+    served_project.run(dataset, "--geo-rewriter-model", "llama-local", "--geo-budget", "1",
+                       "--geo-budget-tokens", "100000", "--geo-no-cache").assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--geo-budget", "0", "'0' must be more than 0"),
+    ("--geo-budget", "nan", "'nan' is not a finite number"),
+    ("--geo-budget-tokens", "-5", "'-5' must be at least 1"),
+])
+def test_a_budget_that_is_no_amount_is_refused(served_project: GeoProject, flag: str, value: str,
+                                               message: str) -> None:
+    result = served_project.run(str(served_project.dataset(1)), flag, value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*argument {flag}: {message}"])
+
+
+def test_dollars_accepts_a_dollar_sign() -> None:
+    assert dollars("$0.50") == 0.5
+    with pytest.raises(argparse.ArgumentTypeError, match="'inf' is not a finite number"):
+        dollars("inf")
+
+
+def test_cached_answers_need_no_budget(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(4))
+    served_project.run(dataset).assert_outcomes(passed=4)  # fills the answer cache
+    sent = len(served_project.server.requests)
+    # $0.001 cannot cover one call's worst case ($0.0026): only cached answers can run.
+    cached = served_project.run(dataset, "--geo-budget", "0.001")
+    cached.assert_outcomes(passed=4)
+    assert len(served_project.server.requests) == sent
+    cached.stdout.fnmatch_lines(["budget: $0.00 spent of $0.001000"])
+    uncached = served_project.run(dataset, "--geo-budget", "0.001", "--geo-no-cache")
+    uncached.assert_outcomes(passed=0, skipped=4, failed=1)
+    assert len(served_project.server.requests) == sent  # a call that would cross the budget is not sent
+
+
+PROCEDURE_SUITE = '''
+import pytest_geo
+
+headline = pytest_geo.prompt("headline", "Write a headline for: {{input}}")
+headline_eval = pytest_geo.suite("headline", data={"items": [("red kettle", "red kettle"), ("blue mug", "blue mug")]})
+
+@headline_eval.metric
+def same(items, expected):
+    return headline(items) == expected
+'''
+
+
+def test_suite_rows_whose_prompt_call_was_not_sent_are_not_run(served_project: GeoProject) -> None:
+    served_project.pytester.makepyfile(test_headline=PROCEDURE_SUITE)
+    result = served_project.run("test_headline.py", "-rs", "--geo-budget", "0.001", "--geo-report", "r.json")
+    result.assert_outcomes(skipped=2, failed=1)
+    assert served_project.server.requests == []
+    data = report(served_project.pytester.path / "r.json")
+    assert data["rows"] == [] and data["not_run"] == 2
+    assert [g["nodeid"] for g in data["gates"]] == ["pytest-geo::budget"]
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] *: not run: budget reached: a procedure call to gpt-4o-mini *"])
+
+
+OVERBILLING = '''
+import dataclasses, json
+from pytest_geo.llm.mock import MockClient
+
+CAPS = []
+
+class Overbilling(MockClient):
+    """Bills more answer tokens than the output cap it was sent (a server ignoring it)."""
+    async def complete(self, request):
+        CAPS.append(request.max_output_tokens)
+        response = await super().complete(request)
+        return dataclasses.replace(response, completion_tokens=10_000)
+
+def pytest_geo_make_client(config, settings):
+    return Overbilling()
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "caps.json").write_text(json.dumps(CAPS))
+'''
+
+
+def test_an_answer_billed_past_its_worst_case_stops_the_budget(served_project: GeoProject) -> None:
+    served_project.pytester.makeconftest(OVERBILLING)
+    result = served_project.run(str(served_project.dataset(4)), "--geo-budget", "1", "--geo-concurrency", "1",
+                                "--geo-report", "r.json")
+    result.assert_outcomes(skipped=4, failed=1)
+    # A request without an output cap is sent with the one its reservation assumed.
+    caps = json.loads((served_project.pytester.path / "caps.json").read_text())
+    assert caps and set(caps) == {4096}
+    reached = report(served_project.pytester.path / "r.json")["budget"]["reached"]
+    assert reached.startswith("budget stopped: a ")
+    assert "call to gpt-4o-mini was billed $0.006" in reached and "tokens), more than its reserved worst case $0.002" \
+        in reached and reached.endswith("(did the server ignore the output-token cap?)")
+
+
+def test_egeo_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
+                     capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=16)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--concurrency", "2", "--budget", str(BUDGET), "--report", "r.json"])
+    assert code == 1
+    out, err = capsys.readouterr()
+    data = report(tmp_path / "r.json")
+    assert_within(data["budget"], fake_openai, BUDGET, None)
+    ran = json.loads(out)["n"]
+    assert 1 <= ran < 16 and len(data["rows"]) == ran and data["not_run"] == 16 - ran
+    reached = data["budget"]["reached"]
+    assert f"budget: {fmt(data['budget']['spent_usd'])} spent of $0.004000; {reached}" in err.splitlines()
+    assert (f"egeo: partial run: {16 - ran} of 16 rows did not run ({reached}); the metrics cover only the rows "
+            "that ran") in err.splitlines()
+
+
+def fmt(value: float) -> str:
+    from pytest_geo.llm.prices import format_dollars
+
+    return format_dollars(round(value * 1e9))
+
+
+def test_egeo_refuses_a_dollar_budget_without_a_price(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      fake_openai: FakeOpenAI,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--ranker-model", "llama-local", "--budget", "1"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "egeo: error: --budget: no price for the ranker model llama-local, so its calls cannot be held to a budget "
+        "in dollars: add it to pytest's ini option geo_prices (egeo reads the built-in table only), or bound tokens "
+        "with --budget-tokens N\n")
+    assert fake_openai.requests == []
+
+
+def test_the_prompt_bound_counts_bytes_and_the_chat_format() -> None:
+    plain = ChatRequest("ranker", "m", ({"role": "user", "content": "héllo"},))
+    assert prompt_token_bound(plain) == 8 + 8 + len("user") + len("héllo".encode())  # 26
+    schema = {"title": "ranking", "type": "object"}
+    with_schema = ChatRequest("ranker", "m", ({"role": "user", "content": "héllo"},), response_schema=schema)
+    assert prompt_token_bound(with_schema) == 26 + 64 + len('{"title": "ranking", "type": "object"}')
+
+
+def _spend(path: str, seed: int, results: Any) -> None:
+    """One process of a shared budget: reserve, then settle at a random share of the
+    worst case, until the ledger refuses."""
+    ledger = Ledger(BudgetLimits(nanousd=5_000_000), Path(path))
+    rng = random.Random(seed)
+    spent = Cost()
+    while True:
+        worst = Cost(rng.randint(1_000, 50_000), 10)
+        verdict = ledger.reserve(worst, lambda left: "reached")
+        if verdict == "reached":
+            break
+        if verdict is None:
+            actual = Cost(rng.randint(0, worst.nanousd), rng.randint(0, 10))
+            ledger.settle(worst, actual)
+            spent += actual
+    results.put((spent.nanousd, spent.tokens))
+
+
+def test_processes_sharing_a_ledger_never_cross_it_and_lose_no_update(tmp_path: Path) -> None:
+    path = Ledger.create(tmp_path)
+    context = multiprocessing.get_context("fork")
+    results: Any = context.Queue()
+    workers = [context.Process(target=_spend, args=(str(path), seed, results))
+               for seed in range(4)]
+    for worker in workers:
+        worker.start()
+    spent = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join()
+    status = Ledger(BudgetLimits(nanousd=5_000_000), path).status()
+    assert status.spent == Cost(sum(n for n, _ in spent), sum(t for _, t in spent))  # every update kept
+    assert status.spent.nanousd <= 5_000_000 and status.unknown == Cost()
+    assert status.spent.nanousd > 5_000_000 - 50_000  # stopped only when the next worst case could not fit
+    assert status.reached == "reached" and status.refused_calls == 4
+
+
+def test_a_reservation_held_by_a_dead_process_is_charged(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = Ledger.create(tmp_path)
+    limits = BudgetLimits(tokens=100)
+    gone = Ledger(limits, path)
+    gone.owner = dead.stdout.strip()
+    assert gone.reserve(Cost(0, 60), lambda left: "reached") is None
+    mine = Ledger(limits, path)
+    assert mine.owner == str(os.getpid())
+    assert mine.reserve(Cost(0, 30), lambda left: "reached") is None  # 60 + 30 fit
+    # 60 + 30 + 30 do not fit: wait, and the dead process's 60 become charged in full.
+    assert mine.reserve(Cost(0, 30), lambda left: "reached") == ""
+    assert mine.status().unknown == Cost(0, 60 + 30)  # its 60, and my 30 still held
+    # 60 + 50 do not fit even with every reservation released: refused, for good.
+    assert mine.reserve(Cost(0, 50), lambda left: f"{left.tokens} left") == "40 left"
+    assert mine.reserve(Cost(0, 1), lambda left: "again") == "40 left"
