@@ -6,6 +6,7 @@ nothing; a dollar budget over a model without a price is a usage error before an
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import multiprocessing
 import os
@@ -67,7 +68,7 @@ def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, worker
     result = served_project.pytester.runpytest(
         str(served_project.dataset(rows)), "--geo-base-url", served_project.server.url, "-n", workers,
         "-p", "no:cacheprovider", "-rs", "--geo-concurrency", "2", "--geo-budget", str(BUDGET),
-        "--geo-report", "r.json", "--junitxml", "j.xml")
+        "--geo-report", "r.json", "--junitxml", "j.xml", "--geo-html", "h.html")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 1 and outcomes["passed"] >= 1 and outcomes["skipped"] >= 1
@@ -88,6 +89,9 @@ def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, worker
     lines = result.stdout.lines
     assert f"1 failed, {outcomes['passed']} passed, {outcomes['skipped']} skipped" in lines[-1]
     assert lines[lines.index(next(line for line in lines if "_ pytest-geo::budget _" in line)) + 1] == gate
+    page = (served_project.pytester.path / "h.html").read_text(encoding="utf-8")
+    assert (f'<p class="banner partial" role="alert">Partial run: {outcomes["skipped"]} selected rows did not run; '
+            f"the scores cover only the rows that ran. The budget was reached: {html.escape(reached)}.</p>") in page
     result.stdout.fnmatch_lines([
         f"SKIPPED [[]{outcomes['skipped']}[]] *: not run: {reached}",
         f"budget: $0.00* spent of $0.004000; {reached}",
