@@ -18,9 +18,10 @@ from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProble
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.session import GeoSession, Outcome
-from pytest_geo.llm.budget import BudgetError, BudgetLimits, Ledger, budget_status, check_budget
+from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
+from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.options import (
     alpha,

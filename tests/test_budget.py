@@ -24,7 +24,8 @@ from fake_openai import FakeOpenAI
 from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest
-from pytest_geo.llm.budget import BudgetLimits, Cost, Ledger, prompt_token_bound
+from pytest_geo.llm.budget import prompt_token_bound
+from pytest_geo.llm.ledger import BudgetLimits, Cost, Ledger
 from pytest_geo.options import dollars
 
 # gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_geo.llm.budget import BudgetError, BudgetLimits, BudgetStatus, Ledger, budget_status, check_budget
+from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
+from pytest_geo.llm.ledger import BudgetLimits, BudgetStatus, Ledger
 from pytest_geo.pytest_layer.state import is_xdist_worker, running_session, settings_of
 
 LEDGER_INPUT = "geo_budget_ledger"  # workerinput key: the controller's ledger file

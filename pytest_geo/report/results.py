@@ -14,7 +14,7 @@ from pytest_geo.scoring import Summary, summarize
 from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
-    from pytest_geo.llm.budget import BudgetStatus
+    from pytest_geo.llm.ledger import BudgetStatus
     from pytest_geo.report.gates import GateFailure
     from pytest_geo.report.stopping import Monitor
 
