@@ -6,6 +6,7 @@ nothing; a dollar budget over a model without a price is a usage error before an
 from __future__ import annotations
 
 import argparse
+import asyncio
 import html
 import json
 import multiprocessing
@@ -23,9 +24,10 @@ from fake_openai import FakeOpenAI
 
 from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
-from pytest_geo.llm.base import ChatRequest
-from pytest_geo.llm.budget import prompt_token_bound
+from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.budget import BudgetClient, BudgetReached, prompt_token_bound
 from pytest_geo.llm.ledger import BudgetLimits, Cost, Ledger
+from pytest_geo.llm.prices import Price, format_dollars
 from pytest_geo.options import dollars
 
 # gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case
@@ -256,8 +258,6 @@ def test_egeo_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_opena
 
 
 def fmt(value: float) -> str:
-    from pytest_geo.llm.prices import format_dollars
-
     return format_dollars(round(value * 1e9))
 
 
@@ -335,3 +335,47 @@ def test_a_reservation_held_by_a_dead_process_is_charged(tmp_path: Path) -> None
     # 60 + 50 do not fit even with every reservation released: refused, for good.
     assert mine.reserve(Cost(0, 50), lambda left: f"{left.tokens} left") == "40 left"
     assert mine.reserve(Cost(0, 1), lambda left: "again") == "40 left"
+
+
+class Answering:
+    """A backend that answers after a moment with fixed usage, counting calls in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.most = 0
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return ChatResponse(text="ok", prompt_tokens=10, completion_tokens=5)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_call_that_fits_once_others_settle_waits_for_them() -> None:
+    backend = Answering()
+    request = ChatRequest("ranker", "m", ({"role": "user", "content": "x" * 80},), max_output_tokens=100)
+    worst = prompt_token_bound(request) + 100  # 208 tokens
+    client = BudgetClient(backend, Ledger(BudgetLimits(tokens=worst + 50)), {})
+
+    async def run() -> list[ChatResponse | BaseException]:
+        return await asyncio.gather(*(client.complete(request) for _ in range(3)), return_exceptions=True)
+
+    answers = asyncio.run(run())
+    assert [a.text if isinstance(a, ChatResponse) else a for a in answers] == ["ok", "ok", "ok"]
+    assert backend.most == 1  # one worst case fits at a time: each waited for the one before
+    status = client.ledger.status()
+    assert (status.spent, status.reached) == (Cost(0, 45), None)
+
+
+def test_a_model_without_a_price_under_a_dollar_budget_is_never_called() -> None:
+    backend = Answering()
+    client = BudgetClient(backend, Ledger(BudgetLimits(nanousd=10**9)), {"priced": Price(1, 1)})
+    request = ChatRequest("ranker", "unpriced", ({"role": "user", "content": "x"},))
+    with pytest.raises(BudgetReached, match="^budget stopped: no price for model unpriced$"):
+        asyncio.run(client.complete(request))
+    assert backend.most == 0
+    assert client.ledger.status().reached == "budget stopped: no price for model unpriced"

@@ -93,9 +93,10 @@ class BudgetClient:
     async def complete(self, request: ChatRequest) -> ChatResponse:
         if request.max_output_tokens is None:
             request = replace(request, max_output_tokens=DEFAULT_OUTPUT_CAP)
-        if self.ledger.limits.nanousd is not None and request.model not in self.prices:
-            if self.ledger.limits.tokens is None:  # checked at start (check_budget); a custom client's model
-                raise BudgetReached(f"budget: no price for model {request.model}: the call was not sent")
+        limits = self.ledger.limits
+        if limits.nanousd is not None and limits.tokens is None and request.model not in self.prices:
+            # check_budget refuses this at start for the run's models; any other stops the budget.
+            raise BudgetReached(self.ledger.stop(f"budget stopped: no price for model {request.model}"))
         worst = self.worst_case(request)
         await self._reserve(request, worst)
         try:

@@ -207,6 +207,16 @@ class Ledger:
 
         self._transact(change)
 
+    def stop(self, reason: str) -> str:
+        """No more calls are sent; returns why (the first reason given, if one was)."""
+
+        def change(state: LedgerState) -> str:
+            state.refused_calls += 1
+            state.reached = state.reached or reason
+            return state.reached
+
+        return self._transact(change)
+
     def status(self) -> BudgetStatus:
         def read(state: LedgerState) -> BudgetStatus:
             return BudgetStatus(self.limits, state.spent, state.unknown + state.held(), state.refused_calls,
