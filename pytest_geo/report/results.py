@@ -122,7 +122,7 @@ class Results:
     baseline_differences: list[str] = field(default_factory=list)  # how the baseline's run differs from this one
     gates: list[GateFailure] = field(default_factory=list)  # failed gates, set once every row reported
     # Node ids of the selected pytest-geo items (set after collection): the rows a
-    # complete run reports. Ctrl-C, -x, --maxfail or a stopped model server leave some out.
+    # complete run reports. Ctrl-C, -x, --maxfail, a stopped model server or the budget leave some out.
     selected: set[str] = field(default_factory=set)
     stopped: str | None = None  # why the model server stopped being called (llm/breaker.py)
     # --geo-sequential: the comparisons and the rows their decisions made unnecessary
