@@ -379,3 +379,24 @@ def test_a_model_without_a_price_under_a_dollar_budget_is_never_called() -> None
         asyncio.run(client.complete(request))
     assert backend.most == 0
     assert client.ledger.status().reached == "budget stopped: no price for model unpriced"
+
+
+ELSEWHERE = '''
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure_node(node):
+    node.workerinput["geo_budget_ledger"] = "/nonexistent/pytest-geo-budget.json"  # a remote worker's view
+'''
+
+
+def test_a_worker_that_cannot_see_the_ledger_refuses_to_start(served_project: GeoProject) -> None:
+    pytest.importorskip("xdist")
+    served_project.pytester.makeconftest(ELSEWHERE)
+    result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
+                                               served_project.server.url, "-n", "1", "--geo-budget", "1")
+    assert result.ret != pytest.ExitCode.OK
+    assert ("--geo-budget: this xdist worker cannot find its controller's budget ledger "
+            "(/nonexistent/pytest-geo-budget.json): the workers must share the controller's file system (local -n N)"
+            ) in result.stdout.str() + result.stderr.str()
+    assert served_project.server.requests == []

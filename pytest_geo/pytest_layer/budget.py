@@ -27,8 +27,10 @@ def start_budget(config: pytest.Config) -> None:
         return
     if is_xdist_worker(config):
         shared = config.workerinput.get(LEDGER_INPUT)  # type: ignore[attr-defined]
-        if not shared:
-            raise pytest.UsageError("--geo-budget: this xdist worker was given no budget ledger by its controller")
+        if not shared or not Path(shared).is_file():
+            raise pytest.UsageError(f"--geo-budget: this xdist worker cannot find its controller's budget ledger "
+                                    f"({shared or 'none given'}): the workers must share the controller's file "
+                                    "system (local -n N)")
         settings.budget_ledger = Path(shared)
         return
     ledger = settings.budget_ledger = Ledger.create()
