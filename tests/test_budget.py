@@ -15,6 +15,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -400,3 +401,20 @@ def test_a_worker_that_cannot_see_the_ledger_refuses_to_start(served_project: Ge
             "(/nonexistent/pytest-geo-budget.json): the workers must share the controller's file system (local -n N)"
             ) in result.stdout.str() + result.stderr.str()
     assert served_project.server.requests == []
+
+
+def test_a_call_cut_off_before_its_answer_stays_charged_at_its_worst_case(served_project: GeoProject) -> None:
+    """The server may bill an answer the client stopped waiting for: the budget keeps it."""
+    server = served_project.server
+    server.slow_seconds = 1.5
+    server.fail_next("slow")
+    result = served_project.run(str(served_project.dataset(2)), "--geo-timeout", "0.5", "--geo-max-retries", "0",
+                                "--geo-concurrency", "1", "--geo-budget", "1", "--geo-report", "r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    budget = report(served_project.pytester.path / "r.json")["budget"]
+    assert budget["unknown_tokens"] > 4096 and budget["unknown_usd"] > 0.0024  # the cap alone: 4,096 x $0.60/M
+    deadline = time.monotonic() + 10
+    while server.in_flight and time.monotonic() < deadline:  # the slow answer is still being written
+        time.sleep(0.05)
+    assert_within(budget, server, 1.0, None)
+    assert sum(server.billed.values()) > budget["spent_tokens"]  # the server did answer (and bill) it
