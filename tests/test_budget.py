@@ -341,14 +341,15 @@ def test_a_reservation_held_by_a_dead_process_is_charged(tmp_path: Path) -> None
 class Answering:
     """A backend that answers after a moment with fixed usage, counting calls in flight."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.01) -> None:
+        self.latency = latency
         self.in_flight = 0
         self.most = 0
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.latency)
         self.in_flight -= 1
         return ChatResponse(text="ok", prompt_tokens=10, completion_tokens=5)
 
@@ -418,3 +419,31 @@ def test_a_call_cut_off_before_its_answer_stays_charged_at_its_worst_case(served
         time.sleep(0.05)
     assert_within(budget, server, 1.0, None)
     assert sum(server.billed.values()) > budget["spent_tokens"]  # the server did answer (and bill) it
+
+
+class Recording(Answering):
+    def __init__(self) -> None:
+        super().__init__(latency=0.05)  # every other call has begun to wait before the first answers
+        self.order: list[str] = []
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.order.append(request.role)
+        return await super().complete(request)
+
+
+def test_the_newest_waiting_call_goes_first() -> None:
+    """A row's last call starts waiting after its first ones: served first, rows under way
+    finish before rows barely started spend anything."""
+    backend = Recording()
+    limit = prompt_token_bound(ChatRequest("a", "m", ({"role": "user", "content": "x"},))) + 100
+    client = BudgetClient(backend, Ledger(BudgetLimits(tokens=limit + 80)), {})  # one worst case at a time
+
+    async def call(role: str, after: float) -> None:
+        await asyncio.sleep(after)
+        await client.complete(ChatRequest(role, "m", ({"role": "user", "content": "x"},), max_output_tokens=100))
+
+    async def run() -> None:
+        await asyncio.gather(call("first", 0), call("older", 0.002), call("newer", 0.004), call("newest", 0.006))
+
+    asyncio.run(run())
+    assert backend.order == ["first", "newest", "newer", "older"]

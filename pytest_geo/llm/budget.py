@@ -73,9 +73,12 @@ class BudgetClient:
         self.ledger = ledger
         self.prices = dict(prices)
         self.batch_roles = batch_roles  # roles whose calls go through the Batch API (half price)
-        # Set when a call of this process settles, waking its calls waiting for budget at
-        # once (other processes' settlements are seen at the next look).
-        self._settled: Any = None  # asyncio.Event, made on the loop that waits
+        # This process's calls waiting for budget, in the order they began to wait; each
+        # settlement wakes the newest at once (other processes' settlements are seen at the
+        # next look). Newest first: a row's last call (rank_after) starts waiting after its
+        # first ones, so rows already under way finish before calls of rows barely started,
+        # and a budget that runs out leaves rows not run rather than half run.
+        self._waiting: list[Any] = []  # asyncio.Event each, made on the loop that waits
 
     def worst_case(self, request: ChatRequest) -> Cost:
         prompt = prompt_token_bound(request)
@@ -117,26 +120,40 @@ class BudgetClient:
 
     def _settle(self, worst: Cost, actual: Cost | None, overrun: Callable[[], str] | None = None) -> None:
         self.ledger.settle(worst, actual, overrun)
-        if self._settled is not None:
-            self._settled.set()
-            self._settled = None
+        if self._waiting:
+            self._waiting[-1].set()
 
     async def _reserve(self, request: ChatRequest, worst: Cost) -> None:
         import asyncio  # here: the plugin reads budgets in every run, the engine's loop only in some
 
         pause = WAIT_FIRST
-        while True:
-            verdict = self.ledger.reserve(worst, lambda left: self._refusal(request, worst, left))
-            if verdict is None:
-                return
-            if verdict != WAIT:
-                raise BudgetReached(verdict)
-            if self._settled is None:
-                self._settled = asyncio.Event()
-            try:
-                await asyncio.wait_for(self._settled.wait(), pause)
-            except TimeoutError:
-                pause = min(pause * 2, WAIT_MOST)
+        turn: asyncio.Event | None = None
+        granted = False
+        try:
+            while True:
+                verdict = self.ledger.reserve(worst, lambda left: self._refusal(request, worst, left))
+                if verdict is None:
+                    granted = True
+                    return
+                if verdict != WAIT:
+                    raise BudgetReached(verdict)
+                if turn is None:
+                    turn = asyncio.Event()
+                    self._waiting.append(turn)
+                while True:  # until woken, or the newest waiter's look at the ledger is due
+                    turn.clear()
+                    try:
+                        await asyncio.wait_for(turn.wait(), pause)
+                        break
+                    except TimeoutError:
+                        pause = min(pause * 2, WAIT_MOST)
+                        if turn is self._waiting[-1]:
+                            break
+        finally:
+            if turn is not None:
+                self._waiting.remove(turn)
+                if self._waiting and turn.is_set() and not granted:  # woken, then cancelled or refused
+                    self._waiting[-1].set()
 
     def _refusal(self, request: ChatRequest, worst: Cost, left: Cost) -> str:
         limits = self.ledger.limits
