@@ -26,9 +26,11 @@ from fake_openai import FakeOpenAI
 from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ChatResponse
-from pytest_geo.llm.budget import BudgetClient, BudgetReached, prompt_token_bound
+from pytest_geo.llm.budget import BudgetClient, BudgetReached, output_cap, prompt_token_bound, with_output_cap
+from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.ledger import BudgetLimits, Cost, Ledger
 from pytest_geo.llm.prices import Price, format_dollars
+from pytest_geo.llm.profiles import ShapedRequest
 from pytest_geo.options import dollars
 
 # gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case
@@ -126,6 +128,7 @@ def test_both_bounds_hold_together(served_project: GeoProject) -> None:
     budget = report(served_project.pytester.path / "r.json")["budget"]
     assert_within(budget, served_project.server, 1.0, 12000)
     assert " tokens is left" in budget["reached"]  # the dollars were far from reached: the tokens stopped it
+    assert {r["body"].get("max_tokens") for r in served_project.server.requests} == {4096}  # the cap reserved
     result.stdout.fnmatch_lines([f"budget: $0.00* spent of $1.000, {budget['spent_tokens']:,} tokens spent of 12,000; *"])
 
 
@@ -281,7 +284,18 @@ def test_the_prompt_bound_counts_bytes_and_the_chat_format() -> None:
     assert prompt_token_bound(plain) == 8 + 8 + len("user") + len("héllo".encode())  # 26
     schema = {"title": "ranking", "type": "object"}
     with_schema = ChatRequest("ranker", "m", ({"role": "user", "content": "héllo"},), response_schema=schema)
-    assert prompt_token_bound(with_schema) == 26 + 64 + len('{"title": "ranking", "type": "object"}')
+    sent_format = ('{"type": "json_schema", "json_schema": {"name": "ranking", "schema": {"title": "ranking", '
+                   '"type": "object"}, "strict": true}}')  # the strict response format the body holds
+    assert prompt_token_bound(with_schema) == 26 + 64 + len(sent_format)
+
+
+@pytest.mark.parametrize(("model", "param"), [("gpt-4o-mini", "max_tokens"), ("o3", "max_completion_tokens")])
+def test_a_request_sent_without_an_output_cap_gets_the_one_reserved(model: str, param: str) -> None:
+    shaped = HealingClient(Answering()).shape(ChatRequest("ranker", model, ({"role": "user", "content": "x"},)))
+    assert output_cap(shaped) is None
+    capped = with_output_cap(shaped, 4096)
+    assert isinstance(capped, ShapedRequest) and capped.body[param] == 4096 and output_cap(capped) == 4096
+    assert {k: v for k, v in capped.body.items() if k != param} == shaped.body
 
 
 def _spend(path: str, seed: int, results: Any) -> None:

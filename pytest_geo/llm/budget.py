@@ -24,10 +24,11 @@ from typing import Any
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
 from pytest_geo.llm.ledger import WAIT, BudgetLimits, BudgetStatus, Cost, Ledger
 from pytest_geo.llm.prices import Price, format_dollars, price_table
+from pytest_geo.llm.profiles import TOKEN_PARAMS, ShapedRequest, request_body, sent_body
 from pytest_geo.settings import Settings
 
-# The output cap reserved for a request that names none (ChatRequest.max_output_tokens is
-# None), which the layer then sets on the request, so the cap it reserved is the cap sent.
+# The output cap reserved for a request sent without one (ChatRequest.max_output_tokens
+# None), which the layer then adds to it, so the cap it reserved is the cap sent.
 DEFAULT_OUTPUT_CAP = 4096
 # Chat formatting around the message texts, in tokens: OpenAI's count is 3 a message (start,
 # role, end) plus 1 for a name and 3 priming the answer; chat templates of open models wrap
@@ -47,17 +48,34 @@ def prompt_token_bound(request: ChatRequest) -> int:
     encoded as UTF-8, every byte starts as one token, and each merge joins two adjacent
     tokens into one, so no text has more tokens than bytes. SentencePiece tokenizers with
     byte fallback (Llama, Mistral) are bounded the same way: a piece covers at least one
-    character, or is one byte. Each message's role and text are counted in bytes, plus
-    MESSAGE_OVERHEAD for the chat format around it, plus REQUEST_OVERHEAD for the answer's
-    priming and the response schema's bytes plus SCHEMA_OVERHEAD when one is sent. The
-    bound is loose for English (about 4 bytes a token) and tight for text that tokenizes
-    badly, which is the case it must hold for."""
+    character, or is one byte. Read from the body as sent (llm/profiles.py): each message's
+    role and text are counted in bytes, plus MESSAGE_OVERHEAD for the chat format around
+    it, plus REQUEST_OVERHEAD for the answer's priming, and the response format's JSON
+    bytes plus SCHEMA_OVERHEAD when one is sent. The bound is loose for English (about 4
+    bytes a token) and tight for text that tokenizes badly, which is the case it must hold for."""
+    body = sent_body(request)
     total = REQUEST_OVERHEAD
-    for message in request.messages:
+    for message in body.get("messages", ()):
         total += MESSAGE_OVERHEAD + sum(len(str(value).encode("utf-8")) for value in message.values())
-    if request.response_schema is not None:
-        total += SCHEMA_OVERHEAD + len(json.dumps(request.response_schema, ensure_ascii=False).encode("utf-8"))
+    if body.get("response_format") is not None:
+        total += SCHEMA_OVERHEAD + len(json.dumps(body["response_format"], ensure_ascii=False).encode("utf-8"))
     return total
+
+
+def output_cap(request: ChatRequest) -> int | None:
+    """The output-token cap the request is sent with, under whichever name its model takes."""
+    body = sent_body(request)
+    caps = [body[param] for param in TOKEN_PARAMS if isinstance(body.get(param), int)]
+    return min(caps) if caps else None
+
+
+def with_output_cap(request: ChatRequest, cap: int) -> ChatRequest:
+    """`request` sent with `cap` output tokens, under the name its model's family takes. Set
+    here, below the cache, so the cache keys on the body as the caller shaped it."""
+    if not isinstance(request, ShapedRequest):
+        return replace(request, max_output_tokens=cap)  # sent with the table's body, made from it
+    param = next(p for p in TOKEN_PARAMS if p in request_body(replace(request, max_output_tokens=cap)))
+    return replace(request, max_output_tokens=cap, body={**request.body, param: cap})
 
 
 class BudgetReached(ServerUnusable):
@@ -82,7 +100,7 @@ class BudgetClient:
 
     def worst_case(self, request: ChatRequest) -> Cost:
         prompt = prompt_token_bound(request)
-        cap = request.max_output_tokens or 0
+        cap = output_cap(request) or 0
         price = self.prices.get(request.model)
         nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles) if price is not None else 0
         return Cost(nanousd, prompt + cap)
@@ -94,8 +112,8 @@ class BudgetClient:
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        if request.max_output_tokens is None:
-            request = replace(request, max_output_tokens=DEFAULT_OUTPUT_CAP)
+        if output_cap(request) is None:
+            request = with_output_cap(request, DEFAULT_OUTPUT_CAP)
         limits = self.ledger.limits
         if limits.nanousd is not None and limits.tokens is None and request.model not in self.prices:
             # check_budget refuses this at start for the run's models; any other stops the budget.
@@ -163,7 +181,7 @@ class BudgetClient:
         else:
             need, have = f"{worst.tokens:,} tokens", f"{max(left.tokens, 0):,} of {limits.tokens or 0:,} tokens"
         return (f"budget reached: a {request.role} call to {request.model} may cost up to {need} (its prompt "
-                f"and the {request.max_output_tokens or 0:,}-token output cap), and {have} is left")
+                f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left")
 
     async def aclose(self) -> None:
         await self.inner.aclose()
