@@ -208,7 +208,7 @@ def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.
 
 
 def test_rows_a_sequential_decision_made_unwanted_are_never_scheduled_ahead(rows: list[pytest.Item]) -> None:
-    geo = GeoSession(Settings(prompts_dir=PROMPTS, concurrency=2), MockClient())  # 4 rows ahead
+    geo = session_over(MockClient(), concurrency=2)  # 4 rows ahead
     queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))
     for index in range(1, 8):
         queue.put(index)
