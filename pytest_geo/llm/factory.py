@@ -14,8 +14,9 @@ MISSING_KEY = (
     "OpenAI-compatible server), or run offline with the mock ({mock} or GEO_EVAL_MOCK=1)"
 )
 # The flags a message names, per front end: each names its own.
-PLUGIN_FLAGS = {"base_url": "--geo-base-url", "mock": "--geo-mock"}
-EGEO_FLAGS = {"base_url": "--base-url", "mock": "--mock"}
+PLUGIN_FLAGS = {"base_url": "--geo-base-url", "mock": "--geo-mock",
+                "base_url_sources": "--geo-base-url, geo_base_url or OPENAI_BASE_URL"}
+EGEO_FLAGS = {"base_url": "--base-url", "mock": "--mock", "base_url_sources": "--base-url or OPENAI_BASE_URL"}
 
 
 CREDENTIALS_IN_URL = (
@@ -32,6 +33,18 @@ def _has_credentials(url: str) -> bool:
         return parts.username is not None or parts.password is not None
     except ValueError:  # an unparsable URL: the SDK says what is wrong with it
         return "@" in url.partition("://")[2].partition("/")[0]
+
+
+def _control_character(url: str) -> str | None:
+    """Where `url` holds an ASCII control character (a newline pasted with it, a NUL),
+    which the SDK refuses with an InvalidURL traceback (and which, sent, would split a
+    header); None when it holds none."""
+    for position, char in enumerate(url):
+        if char.isascii() and not char.isprintable():
+            # Doubled braces: the message is a template that names each front end's flags.
+            return f"the base URL ({{base_url_sources}}) holds a control character ({char!r} at position {position}); "\
+                   "remove it"
+    return None
 
 
 class ClientSetupError(Exception):
@@ -90,6 +103,8 @@ def build_client(settings: Settings) -> ChatClient:
     base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL") or None
     if base_url is not None and _has_credentials(base_url):
         raise ClientSetupError(CREDENTIALS_IN_URL)
+    if base_url is not None and (bad := _control_character(base_url)) is not None:
+        raise ClientSetupError(bad)
     return OpenAIChatClient(
         api_key=api_key,
         base_url=base_url,

@@ -204,7 +204,8 @@ def score_row(metric: Metric, value: Any, expected: Any) -> Any:
 def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
     """One row's Score by Kedi's rules: the metric's return normalised (an awaitable is
     awaited first); a metric that raises, or returns something else, scores 0.0 with
-    `error: ...` feedback, so the other rows still run."""
+    `error: ...` feedback, so the other rows still run. So does one that calls
+    `sys.exit()`: a metric cannot end the run (KeyboardInterrupt still does, as in pytest)."""
     try:
         returned = score_row(metric, value, expected)
         if inspect.isawaitable(returned):
@@ -214,8 +215,9 @@ def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
         return normalize(returned)
     except MetricReturnError as exc:
         return Score.from_error(str(exc))
-    except Exception as exc:
-        return Score.from_error(f"{type(exc).__name__}: {exc}")
+    except (Exception, SystemExit) as exc:
+        detail = str(exc)
+        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
 
 
 async def _await(awaitable: Any) -> Any:

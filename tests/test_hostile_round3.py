@@ -1,0 +1,91 @@
+"""Hostile input, round 3 (issue 26): nothing hung, nothing written where it should not
+be, nothing spent on a broken run, clean one-line failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import GeoProject
+from pytest_geo import cli
+
+TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
+
+
+def no_traceback(result: pytest.RunResult) -> None:
+    for mark in TRACEBACK_MARKS:
+        result.stdout.no_fnmatch_line(f"*{mark}*")
+        result.stderr.no_fnmatch_line(f"*{mark}*")
+
+
+# --- --base-url with a control character ---------------------------------------------------
+
+
+@pytest.mark.parametrize("character", ["\n", "\r", "\x00", "\t", "\x7f"])
+def test_a_base_url_with_a_control_character_is_a_usage_error_naming_the_flag(
+        served_project: GeoProject, character: str) -> None:
+    url = served_project.server.url + character
+    result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url", url,
+                                               "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: the base URL (--geo-base-url, geo_base_url or OPENAI_BASE_URL) holds "
+                                 f"a control character ({character!r} at position {len(url) - 1}); remove it"])
+    no_traceback(result)
+    assert served_project.server.requests == []
+
+
+def test_egeo_names_its_own_flag_for_a_base_url_with_a_newline(
+        served_project: GeoProject, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(served_project.pytester.path)
+    dataset = served_project.dataset(2)
+    code = cli.main(["evaluate", "--dataset", str(dataset), "--base-url", "http://127.0.0.1:9/v1\nHost: evil"])
+    assert code == 2
+    assert capsys.readouterr().err == ("egeo: error: the base URL (--base-url or OPENAI_BASE_URL) holds a control "
+                                       "character ('\\n' at position 21); remove it\n")
+
+
+# --- a metric that calls sys.exit ----------------------------------------------------------------
+
+EXITING_METRIC = '''
+import sys
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (3, 1), (2, 2)]})
+
+@s_eval.metric
+def exits(rows, expected):
+    if rows == 3:
+        sys.exit(3)
+    if rows == 2:
+        sys.exit()
+    return True
+'''
+
+
+def test_a_metric_calling_sys_exit_scores_zero_with_an_error_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=EXITING_METRIC)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--geo-report", "r.json")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["s::exits train[[]1[]]: error: SystemExit: 3",
+                                 "s::exits train[[]2[]]: error: SystemExit"])
+    no_traceback(result)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [(r["score"], r["feedback"]) for r in report["rows"]][1:] == [
+        (0.0, "error: SystemExit: 3"), (0.0, "error: SystemExit")]
+
+
+def test_a_metric_raising_keyboard_interrupt_still_stops_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s='''
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (2, 1), (3, 1)]})
+
+@s_eval.metric
+def stops(rows, expected):
+    if rows == 2:
+        raise KeyboardInterrupt
+    return True
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
+    result.assert_outcomes(passed=1)
