@@ -461,8 +461,8 @@ def init(args: argparse.Namespace) -> int:
     written, skipped, notes = write_starter(args.directory)
     for path in written:
         print(f"wrote {path}")
-    for path in skipped:
-        print(f"skipped {path} (exists)")
+    for path, why in skipped:
+        print(f"skipped {path} ({why})")
     for note in notes:
         print(note)
     return 0

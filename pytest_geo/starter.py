@@ -1,10 +1,12 @@
 """`egeo init [DIR]`: a starter project that `pytest --geo-mock` runs as it is.
 
 It writes the packaged prompts (to edit and optimise), a small dataset, a YAML suite
-scoring the rewriter on it, and the ini lines that use them. It never overwrites a file:
-what exists is listed as skipped. The ini lines go into a new `pytest.ini` only when the
-directory has no pytest configuration (a new pytest.ini would take precedence over one in
-pyproject.toml, tox.ini or setup.cfg); otherwise they are printed to add by hand."""
+scoring the rewriter on it, and the ini lines that use them. It never overwrites a file
+and never writes through a symbolic link (a dangling `pytest.ini` or `prompts` link would
+put files wherever it points): what exists, or is a link, is listed as skipped. The ini
+lines go into a new `pytest.ini` only when the directory has no pytest configuration (a
+new pytest.ini would take precedence over one in pyproject.toml, tox.ini or setup.cfg);
+otherwise they are printed to add by hand."""
 
 from __future__ import annotations
 
@@ -70,26 +72,59 @@ def pytest_config(directory: Path) -> Path | None:
     return None
 
 
-def write_starter(directory: Path) -> tuple[list[Path], list[Path], list[str]]:
-    """Write what is missing; returns (written, skipped, notes)."""
+EXISTS = "exists"
+A_LINK = "a symbolic link: egeo init never writes through one"
+
+
+def _link_on_the_way(directory: Path, relative: Path) -> Path | None:
+    """The first symlink among `relative`'s components below `directory`, dangling or not:
+    writing through it would put the file wherever it points, outside the project."""
+    path = directory
+    for part in relative.parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
+
+
+def _write_new(path: Path, text: str) -> bool:
+    """Write a file that does not exist yet; False when something is there (exclusive
+    creation also refuses a dangling symlink, which `exists()` calls absent)."""
+    try:
+        with path.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        return False
+    return True
+
+
+def write_starter(directory: Path) -> tuple[list[Path], list[tuple[Path, str]], list[str]]:
+    """Write what is missing; returns (written, skipped with the reason, notes)."""
     written: list[Path] = []
-    skipped: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     notes: list[str] = []
     for relative, text in starter_files().items():
         path = directory / relative
-        if path.exists():
-            skipped.append(path)
+        link = _link_on_the_way(directory, relative)
+        if link is not None:
+            if (link, A_LINK) not in skipped:  # a linked prompts/ is one line, not six
+                skipped.append((link, A_LINK))
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+        if _write_new(path, text):
+            written.append(path)
+        else:
+            skipped.append((path, EXISTS))
     config = pytest_config(directory)
-    if config is None:
-        path = directory / "pytest.ini"
-        path.write_text(INI_LINES, encoding="utf-8")
-        written.append(path)
+    ini = directory / "pytest.ini"
+    if config is None and ini.is_symlink():  # dangling: a link to a file would be the configuration
+        skipped.append((ini, A_LINK))
+        notes.append(f"add these lines to your pytest configuration:\n{INI_LINES.rstrip()}")
+    elif config is None and _write_new(ini, INI_LINES):
+        written.append(ini)
     else:
-        skipped.append(config)
+        config = config or ini
+        skipped.append((config, EXISTS))
         lines = TOML_LINES if config.suffix == ".toml" else INI_LINES.replace("[pytest]\n", "")
         notes.append(f"{config} already configures pytest; add these lines to its pytest section:\n{lines.rstrip()}")
     notes.append(f"next: cd {directory} && pytest --geo-mock")

@@ -4,6 +4,7 @@ be, nothing spent on a broken run, clean one-line failures."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,24 @@ def stops(rows, expected):
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
     result.assert_outcomes(passed=1)
+
+
+# --- egeo init and symlinks ---------------------------------------------------------------------
+
+
+def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "pytest.ini").symlink_to(outside / "pytest.ini")  # dangling
+    (project / "prompts").symlink_to(outside / "prompts")  # dangling
+    (project / "eval").symlink_to(outside)  # a real directory elsewhere
+    assert cli.main(["init", str(project)]) == 0
+    assert list(outside.iterdir()) == []
+    out = capsys.readouterr().out
+    link = "(a symbolic link: egeo init never writes through one)"
+    assert out.splitlines()[:3] == [f"skipped {project / 'prompts'} {link}", f"skipped {project / 'eval'} {link}",
+                                    f"skipped {project / 'pytest.ini'} {link}"]
+    assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\ngeo_prompts = prompts\n" in out
+    assert "Traceback" not in out
+    assert [p.name for p in project.iterdir() if not p.is_symlink()] == []
