@@ -70,6 +70,12 @@ CASES = [
     Case("datasets", "nul_byte.jsonl", "nul_byte.jsonl:2: invalid JSON: Invalid control character at column 82"),
     Case("datasets", "blank_candidate_id.jsonl",
          "blank_candidate_id.jsonl:2: candidates[0].id: must not be blank (only whitespace)"),
+    Case("datasets", "padded_candidate_ids.jsonl",
+         "padded_candidate_ids.jsonl:2: candidates[1].id: 'a ' begins or ends with whitespace, which answers cannot "
+         "keep"),
+    Case("datasets", "newline_ended_candidate_id.jsonl",
+         "newline_ended_candidate_id.jsonl:2: candidates[1].id: 'b\\n' begins or ends with whitespace, which answers "
+         "cannot keep"),
     Case("datasets", "duplicate_key.jsonl", "duplicate_key.jsonl:2: duplicate key 'query' in one object"),
     Case("datasets", "duplicate_key_in_candidate.jsonl",
          "duplicate_key_in_candidate.jsonl:2: duplicate key 'id' in one object"),

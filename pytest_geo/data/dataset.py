@@ -107,6 +107,8 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
         return f"{where}: must not be empty"
     if error.validator == "pattern" and isinstance(error.instance, str) and not error.instance.strip():
         return f"{where}: must not be blank (only whitespace)"
+    if error.validator == "pattern" and isinstance(error.instance, str):
+        return _padded_id(where, error.instance)
     return f"{where}: {shorten(error.message, MAX_MESSAGE)}"
 
 
@@ -181,6 +183,9 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
     if error is not None:
         return RowProblem(path, line_no, _schema_problem(error), query_id)
     ids = [c["id"] for c in obj["candidates"]]
+    padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
+    if padded is not None:  # the schema's pattern, where Python's `$` lets a final newline through
+        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
@@ -200,6 +205,13 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
     )
 
 
+def _padded_id(where: str, value: str) -> str:
+    """One rule for ids: no whitespace at either end. Answers' ids are read stripped, so
+    a row with `" a"` could never score; rejected here rather than normalised, as what a
+    model is shown and what it answers must be the same string."""
+    return f"{where}: {shorten(repr(value), 40)} begins or ends with whitespace, which answers cannot keep"
+
+
 def _plainly_valid(obj: Any) -> bool:
     """The schema's rules for the common case, checked directly; anything this does not
     accept goes through jsonschema, which finds and words the problem. A fast path only:
@@ -215,8 +227,8 @@ def _plainly_valid(obj: Any) -> bool:
     return all(
         isinstance(c, dict)
         and isinstance(c.get("id"), str)
-        and not c["id"].isspace()
         and c["id"]
+        and c["id"] == c["id"].strip()
         and isinstance(c.get("title"), str)
         and isinstance(c.get("description"), str)
         for c in candidates
