@@ -111,3 +111,27 @@ def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest
     assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\ngeo_prompts = prompts\n" in out
     assert "Traceback" not in out
     assert [p.name for p in project.iterdir() if not p.is_symlink()] == []
+
+
+# --- a planted cache entry ---------------------------------------------------------------------------
+
+
+def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset).assert_outcomes(passed=2)
+    entries = [p for p in (served_project.pytester.path / ".pytest_cache").rglob("*.json") if "d/geo" in p.as_posix()]
+    assert len(entries) == 6
+    for entry in entries:  # 10**400 tokens: json reads it, float() of it fails
+        planted = json.loads(entry.read_text())
+        entry.write_text(json.dumps({**planted, "prompt_tokens": 10**400}))
+    served_project.server.reset()
+    result = served_project.run(dataset, "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 6  # every entry was a miss
+    result.stdout.fnmatch_lines(["  ranker: calls=4 cache_hits=0 retries=0 errors=0 * cache_rejected=4 *",
+                                 "  rewriter: calls=2 cache_hits=0 retries=0 errors=0 * cache_rejected=2 *"])
+    usage = json.loads((served_project.pytester.path / "r.json").read_text())["usage"]
+    assert (usage["ranker"]["cache_rejected"], usage["rewriter"]["cache_rejected"]) == (4, 2)
+    served_project.server.reset()
+    served_project.run(dataset).assert_outcomes(passed=2)  # the live answers replaced them
+    assert served_project.server.requests == []

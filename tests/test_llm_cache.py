@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -113,3 +114,46 @@ def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
         thread.join()
     assert bad == []
     assert len(list(tmp_path.rglob("*.json"))) == len(keys) and not list(tmp_path.rglob("*.tmp"))
+
+
+VALID_ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
+
+
+@pytest.mark.parametrize("planted", [
+    {"prompt_tokens": 10**400},
+    {"prompt_tokens": 10**30},
+    {"completion_tokens": 10**9},
+    {"prompt_tokens": -1},
+    {"prompt_tokens": True},
+    {"prompt_tokens": 1.0},
+    {"completion_tokens": "2"},
+    {"completion_tokens": None},
+    {"text": 42},
+    {"text": ["answer"]},
+    {"model": None},
+    {"extra": "field"},
+])
+def test_a_planted_entry_is_rejected_then_replaced_and_counted(tmp_path: Path, planted: dict[str, object]) -> None:
+    from pytest_geo.llm.usage import UsageClient
+
+    cache = ResponseCache(tmp_path)
+    key = cache_key("http://a/v1", request())
+    cache.path(key).parent.mkdir(parents=True)
+    cache.path(key).write_text(json.dumps({"key": key, **VALID_ENTRY, **planted}), encoding="utf-8")
+    assert cache.read(key) == "rejected" and cache.get(key) is None
+    inner = Counting()
+    usage = UsageClient(CachedClient(inner, tmp_path, "http://a/v1"))
+    answer = asyncio.run(usage.complete(request()))
+    assert (inner.calls, answer.text, answer.cached) == (1, "answer 1", False)
+    assert (usage.usage["ranker"]["cache_rejected"], usage.usage["ranker"]["cache_hits"]) == (1, 0)
+    assert cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # overwritten by the live answer
+
+
+def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    key = cache_key("http://a/v1", request())
+    cache.path(key).parent.mkdir(parents=True)
+    entry = {"key": key, **VALID_ENTRY, "prompt_tokens": 0, "completion_tokens": 10**9 - 1}
+    cache.path(key).write_text(json.dumps(entry), encoding="utf-8")
+    assert cache.get(key) == ChatResponse("answer", 0, 10**9 - 1, cached=True)
+    assert cache.read(cache_key("http://b/v1", request())) is None  # absent: a plain miss, not counted

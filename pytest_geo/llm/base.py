@@ -45,6 +45,7 @@ class ChatResponse:
     retries: int = 0
     batch: bool = False  # answered through the Batch API (billed at batch prices)
     finish_reason: str | None = None  # "length": the output-token cap cut the answer
+    cache_rejected: bool = False  # a live answer that replaced a rejected cache entry (llm/cache.py)
 
 
 class ModelError(Exception):

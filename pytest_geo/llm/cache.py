@@ -7,7 +7,9 @@ directory and then renamed over the final name (`os.replace` is atomic on POSIX 
 Windows). Threads, xdist workers and a process killed mid-write can therefore never
 leave a torn entry under a final name; a temp file is never read (a killed writer's is
 removed by the next run once it is an hour old), and an entry that cannot be read or
-parsed is treated as a miss and overwritten.
+parsed, or whose fields are not what `put` writes (a planted `prompt_tokens` of 10**400
+would fail every row reading it, one of 10**30 would claim trillions saved), is rejected:
+a miss, overwritten by the live answer and counted (`cache_rejected` in the usage).
 
 The key covers the base URL and the body as sent (model, messages and every parameter
 the model's profile sent, after any change a refusal taught: llm/healing.py). It
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,9 @@ from pytest_geo.llm.profiles import sent_body
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
 STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
 MAX_ENTRY_BYTES = 8 << 20  # an answer is kilobytes; anything larger is not ours
+MAX_TOKENS = 10**9  # per call; no context window comes near it
+ENTRY_FIELDS = {"key": str, "model": str, "text": str, "prompt_tokens": int, "completion_tokens": int}
+REJECTED = "rejected"  # `ResponseCache.read`: an entry is there, but not one `put` wrote
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
@@ -79,23 +85,30 @@ class ResponseCache:
         return removed
 
     def get(self, key: str) -> ChatResponse | None:
-        """The entry, or None (a miss) when it is absent, unreadable, corrupt, larger than
-        MAX_ENTRY_BYTES or not a regular file (a FIFO or a link to /dev/zero planted in a
-        shared cache must neither block the run nor fill its memory)."""
+        """The entry, or None (a miss) when it is absent or rejected (see `read`)."""
+        found = self.read(key)
+        return found if isinstance(found, ChatResponse) else None
+
+    def read(self, key: str) -> ChatResponse | str | None:
+        """The entry; None when there is none; REJECTED when what is there is unreadable,
+        corrupt, larger than MAX_ENTRY_BYTES, not a regular file (a FIFO or a link to
+        /dev/zero planted in a shared cache must neither block the run nor fill its
+        memory), or not exactly the fields `put` writes, with their types and bounds."""
         try:
             with open_regular(self.path(key)) as handle:
                 data = handle.read(MAX_ENTRY_BYTES + 1)
-            if len(data) > MAX_ENTRY_BYTES:
-                return None
-            entry: Any = json.loads(data.decode("utf-8"))
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return None
-        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("text"), str):
-            return None
-        prompt, completion = entry.get("prompt_tokens", 0), entry.get("completion_tokens", 0)
-        if not isinstance(prompt, int) or not isinstance(completion, int):
-            return None
-        return ChatResponse(text=entry["text"], prompt_tokens=prompt, completion_tokens=completion, cached=True)
+        except OSError:
+            return REJECTED
+        try:
+            entry: Any = json.loads(data.decode("utf-8")) if len(data) <= MAX_ENTRY_BYTES else None
+        except ValueError:  # not UTF-8, not JSON, or an integer of more than 4,300 digits
+            return REJECTED
+        if not _is_entry(entry, key):
+            return REJECTED
+        return ChatResponse(text=entry["text"], prompt_tokens=entry["prompt_tokens"],
+                            completion_tokens=entry["completion_tokens"], cached=True)
 
     def put(self, key: str, response: ChatResponse, model: str) -> None:
         """Best effort: a cache that cannot be written (read-only checkout, full disk)
@@ -107,6 +120,16 @@ class ResponseCache:
             write_text_atomic(target, json.dumps(entry, ensure_ascii=False, sort_keys=True), durable=False)
         except OSError:
             return
+
+
+def _is_entry(entry: Any, key: str) -> bool:
+    """Exactly the fields `put` writes, each of its type (`type is`, so True is no token
+    count), token counts in [0, MAX_TOKENS), and the key it is filed under."""
+    if not isinstance(entry, dict) or entry.keys() != ENTRY_FIELDS.keys():
+        return False
+    if any(type(entry[name]) is not kind for name, kind in ENTRY_FIELDS.items()):
+        return False
+    return entry["key"] == key and all(0 <= entry[n] < MAX_TOKENS for n in ("prompt_tokens", "completion_tokens"))
 
 
 class CachedClient:
@@ -122,12 +145,12 @@ class CachedClient:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         key = cache_key(self.namespace, request)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
+        found = self.cache.read(key)
+        if isinstance(found, ChatResponse):
+            return found
         response = await self.inner.complete(request)
         self.cache.put(key, response, request.model)
-        return response
+        return replace(response, cache_rejected=True) if found == REJECTED else response
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -11,6 +11,8 @@ cost. `unpriced_calls` counts answers whose model has no price; a role with any 
 tokens only (llm/prices.py: never a guessed cost).
 `batch_calls` counts calls answered through the Batch API (--geo-batch), whose tokens are
 priced at the Batch API's discount.
+`cache_rejected` counts cache entries found but rejected (corrupt, or not what the cache
+writes: llm/cache.py), each then a miss answered live.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pytest_geo.llm.prices import PRICES_DATE, Price, dollars, format_dollars
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
           "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",
-          "batch_calls")
+          "batch_calls", "cache_rejected")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -53,6 +55,8 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
                 f"errors={c['errors']} prompt_tokens={c['prompt_tokens']} completion_tokens={c['completion_tokens']}")
         if c.get("batch_calls"):
             line += f" batch_calls={c['batch_calls']}"
+        if c.get("cache_rejected"):
+            line += f" cache_rejected={c['cache_rejected']}"
         if is_priced(c):
             line += f" cost={format_dollars(c.get('cost_nanousd', 0))}"
             if c["cache_hits"]:
@@ -138,6 +142,7 @@ class UsageClient:
         else:
             counts["retries"] += response.retries
             counts["batch_calls"] += response.batch
+            counts["cache_rejected"] += response.cache_rejected
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
             counts["cost_nanousd"] += cost
