@@ -4,6 +4,7 @@ be, nothing spent on a broken run, clean one-line failures."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,52 @@ def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: G
     served_project.server.reset()
     served_project.run(dataset).assert_outcomes(passed=2)  # the live answers replaced them
     assert served_project.server.requests == []
+
+
+# --- endless suite data ------------------------------------------------------------------------------
+
+ENDLESS = '''
+import itertools
+import pytest_geo
+
+def forever():
+    for n in itertools.count():
+        yield (n, n)
+
+def growing():
+    for n in itertools.count():
+        yield ("x" * (1 << 20), n)
+
+endless_eval = pytest_geo.suite("endless", data={"rows": forever})
+huge_eval = pytest_geo.suite("huge", data={"rows": growing()})
+
+@endless_eval.metric
+def same(rows, expected):
+    return rows == expected
+
+@huge_eval.metric
+def fine(rows, expected):
+    return True
+
+def test_plain():
+    pass
+'''
+
+
+@pytest.mark.parametrize("args", [(), ("--co",), ("-k", "plain")])
+def test_endless_suite_data_is_a_collection_error_naming_the_suite_and_the_bound(
+        pytester: pytest.Pytester, args: tuple[str, ...]) -> None:
+    pytester.makepyfile(test_endless=ENDLESS)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        "*suite 'endless': dataset 'rows': more than 100,000 rows, the bound for data from Python "
+        "code (a never-ending generator?)*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*suite 'huge': dataset 'rows': rows larger than 256 MiB in memory, the bound for data from "
+        "Python code*",
+    ])
+    no_traceback(result)

@@ -7,7 +7,8 @@ import inspect
 import json
 import keyword
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 
 Row = tuple[Any, Any]
+MAX_PYTHON_ROWS = 100_000  # one pytest item each
+MAX_PYTHON_BYTES = 256 << 20
 DatasetSpec = Sequence[Row] | Callable[[], Iterable[Row]] | str | Path
 MetricFn = Callable[..., Any]
 
@@ -239,13 +242,50 @@ def load_rows(
         if geo:
             raise SuiteError(f"{where}: the {GEO_METRIC} metric needs a GEO JSONL file path")
         rows = spec() if callable(spec) else spec
-        return [_pair(row, where, i) for i, row in enumerate(rows)]
+        return [_pair(row, where, i) for i, row in enumerate(_bounded(rows, where))]
     except SuiteError:
         raise
     except DatasetError as exc:
         raise SuiteError(f"{where} failed to load: {exc}") from None
     except Exception as exc:  # user data code: any failure is a load failure of the run
         raise SuiteError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+
+
+def _bounded(rows: Iterable[Any], where: str) -> Iterator[Any]:
+    """A Python dataset's rows, up to MAX_PYTHON_ROWS rows and MAX_PYTHON_BYTES of
+    objects: data from code can be a never-ending generator, which would otherwise hang
+    collection (even `--co`, even deselected by `-k`) while memory grows. YAML suites
+    are bounded by their file size, JSONL data by its file."""
+    size = 0
+    for index, row in enumerate(rows):
+        if index == MAX_PYTHON_ROWS:
+            raise SuiteError(f"{where}: more than {MAX_PYTHON_ROWS:,} rows, the bound for data from Python code "
+                             "(a never-ending generator?)")
+        size += _footprint(row, MAX_PYTHON_BYTES - size)
+        if size > MAX_PYTHON_BYTES:
+            raise SuiteError(f"{where}: rows larger than {MAX_PYTHON_BYTES >> 20} MiB in memory, the bound for "
+                             "data from Python code")
+        yield row
+
+
+def _footprint(value: Any, limit: int) -> int:
+    """Bytes held by `value` and the containers in it (sys.getsizeof of each object once),
+    counted until past `limit`."""
+    seen: set[int] = set()
+    stack = [value]
+    total = 0
+    while stack and total <= limit:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return total
 
 
 def _pair(row: Any, where: str, index: int) -> Row:
