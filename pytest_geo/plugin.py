@@ -20,7 +20,7 @@ from pytest_geo.pytest_layer.collect import (
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
-from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead
+from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead, collection_failed
 from pytest_geo.pytest_layer.markers import register_suite_markers
 from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
@@ -40,6 +40,7 @@ from pytest_geo.pytest_layer.sequential import (
     sequential_run,
 )
 from pytest_geo.pytest_layer.state import (
+    COLLECTION_FAILED,
     DATASETS,
     DECLARED_SUITES,
     LOOKAHEAD,
@@ -227,9 +228,12 @@ def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
     """Schedule every selected row up front: the model work overlaps while items report
     in pytest's order. An xdist worker gets items a few at a time, so it schedules rows
-    as it goes instead (lookahead.py)."""
+    as it goes instead (lookahead.py). Nothing is scheduled once collection has failed."""
     geo = running_session(session.config)
-    if geo is not None and not is_xdist_worker(session.config):
+    failed = collection_failed(session)
+    if failed is not None:
+        session.config.stash[COLLECTION_FAILED] = failed  # pytest_runtest_setup skips the rows
+    elif geo is not None and not is_xdist_worker(session.config):
         rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
         run = sequential_run(session.config)
         # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
@@ -241,6 +245,15 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         if (run := sequential_run(session.config)) is not None:
             lookahead.unwanted = lambda item: run.not_needed(item) is not None
     return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under xdist a worker runs its items even after a collection error: rows do not run
+    then (pytest alone runs nothing), so a run that has failed makes no model call."""
+    failed = item.config.stash.get(COLLECTION_FAILED, None)
+    if failed is not None and isinstance(item, GeoItem):
+        pytest.skip(f"not run: {failed} (--continue-on-collection-errors runs the rows)")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -185,3 +185,31 @@ def test_endless_suite_data_is_a_collection_error_naming_the_suite_and_the_bound
         "Python code*",
     ])
     no_traceback(result)
+
+
+# --- no model call before collection has succeeded -------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_collection_error_makes_no_model_call(served_project: GeoProject, workers: str) -> None:
+    dataset = str(served_project.dataset(3))
+    served_project.pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
+    result = served_project.pytester.runpytest(dataset, "test_broken.py", "--geo-base-url", served_project.server.url,
+                                               "-n", workers, "-rs")
+    assert served_project.server.requests == []
+    assert result.ret in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.TESTS_FAILED)
+    result.stdout.fnmatch_lines(["*ModuleNotFoundError: No module named 'no_such_module_anywhere'*"])
+    if workers == "0":  # pytest stops before running anything
+        result.stdout.fnmatch_lines(["*Interrupted: 1 error during collection*"])
+    else:  # xdist runs the other items: the rows skip, saying why
+        result.assert_outcomes(skipped=3, errors=1)
+        result.stdout.fnmatch_lines(["*not run: 1 error during collection (--continue-on-collection-errors runs "
+                                     "the rows)*"])
+
+
+def test_continue_on_collection_errors_still_runs_the_rows(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
+    result = served_project.run(dataset, "test_broken.py", "--continue-on-collection-errors")
+    result.assert_outcomes(passed=2, errors=1)
+    assert len(served_project.server.requests) == 6

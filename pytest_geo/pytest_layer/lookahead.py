@@ -38,6 +38,17 @@ AHEAD = 2  # unfinished rows kept scheduled, per --geo-concurrency
 QueueLock = Callable[[], AbstractContextManager[Any]]
 
 
+def collection_failed(session: pytest.Session) -> str | None:
+    """Why no row may start: collection errors, without --continue-on-collection-errors.
+    pytest then stops before running anything, but only after the run loop has begun,
+    where rows are scheduled; and an xdist worker runs its items regardless. Either way
+    the rows would be sent to the model (and billed) for a run that has already failed."""
+    errors = session.testsfailed  # before the run loop, only collection errors count here
+    if not errors or session.config.option.continue_on_collection_errors:
+        return None
+    return f"{errors} error{'s' if errors > 1 else ''} during collection"
+
+
 class LookaheadControllerHooks:
     """Registered on an xdist controller: tells each worker the --dist mode."""
 
