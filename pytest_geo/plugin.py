@@ -335,7 +335,7 @@ class GeoCollector:
             self.config.workeroutput["geo_request_changes"] = self.results.request_changes  # type: ignore[attr-defined]
             self.config.workeroutput["geo_concurrency"] = self.results.concurrency  # type: ignore[attr-defined]
             return
-        write_reports(self.config, self.results, self.started, time.perf_counter() - self.clock)
+        write_reports(session, self.results, self.started, time.perf_counter() - self.clock)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:

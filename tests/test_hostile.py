@@ -268,8 +268,8 @@ def test_a_report_write_failing_at_the_end_keeps_the_summary_and_the_other_repor
     pytester.makeconftest(WRITE_FAILS_CONFTEST)
     (pytester.path / "out").mkdir()
     result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "out/r.json", "--geo-html", "r.html")
-    result.assert_outcomes(passed=2)
-    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2, failed=1)  # pytest-geo::report (test_hostile_round3.py)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["pytest-geo: --geo-report: cannot write out/r.json: Not a directory",
                                  "HTML report written to r.html", "Evals:", "- rows.jsonl::rank_improvement: *"])
     assert (pytester.path / "r.html").is_file()

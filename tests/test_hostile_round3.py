@@ -4,12 +4,14 @@ be, nothing spent on a broken run, clean one-line failures."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import GeoProject
+from conftest import GeoProject, copy_prompts, geo_rows
 from pytest_geo import cli
 
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
@@ -213,3 +215,81 @@ def test_continue_on_collection_errors_still_runs_the_rows(served_project: GeoPr
     result = served_project.run(dataset, "test_broken.py", "--continue-on-collection-errors")
     result.assert_outcomes(passed=2, errors=1)
     assert len(served_project.server.requests) == 6
+
+
+# --- a report that cannot be written -------------------------------------------------------------
+
+
+def full_device(path: Path) -> Path:
+    """A private /dev/full (every write fails with ENOSPC): a code path that renamed over
+    it would replace this node, never the machine's /dev/full."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except (PermissionError, AttributeError):
+        pytest.skip("cannot make a device node here")
+    return path
+
+
+def mock_project(pytester: pytest.Pytester) -> None:
+    copy_prompts(pytester.path / "prompts")
+    (pytester.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(2)))
+
+
+def test_a_report_on_a_full_disk_fails_the_run_in_the_final_line(pytester: pytest.Pytester) -> None:
+    mock_project(pytester)
+    full = full_device(pytester.path / "full")
+    result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "full", "--geo-html", "r.html", "-rf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "FAILED pytest-geo::report - pytest-geo: --geo-report: cannot write full*",
+        "pytest-geo: --geo-report: cannot write full: No space left on device",
+        "HTML report written to r.html",
+    ])
+    assert result.outlines[-1].startswith("=") and "1 failed, 2 passed" in result.outlines[-1]
+    assert stat.S_ISCHR(full.stat().st_mode)  # written in place: the device node is still there
+    assert (pytester.path / "r.html").is_file()
+    no_traceback(result)
+
+
+DISK_FULL_AT_THE_END = '''
+import errno
+import os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    os.fsync = full  # reports are written durably (fsync before the rename); cache entries are not
+'''
+
+
+def test_a_previous_report_never_stays_as_this_runs(pytester: pytest.Pytester) -> None:
+    mock_project(pytester)
+    pytester.makeconftest(DISK_FULL_AT_THE_END)
+    (pytester.path / "out").mkdir()
+    for name in ("out/r.json", "r.html"):
+        (pytester.path / name).write_text("the previous run's report")
+    result = pytester.runpytest_subprocess("rows.jsonl", "--geo-mock", "--geo-report", "out/r.json",
+                                           "--geo-html", "r.html")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "pytest-geo: --geo-report: cannot write out/r.json: No space left on device (the previous report there was "
+        "removed)",
+        "pytest-geo: --geo-html: cannot write r.html: No space left on device (the previous report there was removed)",
+    ])
+    assert "1 failed, 2 passed" in result.outlines[-1]
+    assert not (pytester.path / "out" / "r.json").exists() and not (pytester.path / "r.html").exists()
+    assert sorted(p.name for p in (pytester.path / "out").iterdir()) == []  # no temp file left either
+
+
+def test_egeo_report_on_a_full_disk_exits_1_and_leaves_the_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    copy_prompts(tmp_path / "prompts")
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(2)))
+    full = full_device(tmp_path / "full")
+    assert cli.main(["evaluate", "--dataset", "rows.jsonl", "--mock", "--prompts", "prompts",
+                     "--report", "full"]) == 1
+    assert "egeo: --report: cannot write full: No space left on device\n" in capsys.readouterr().err
+    assert stat.S_ISCHR(full.stat().st_mode)

@@ -12,7 +12,7 @@ from pytest_geo.pytest_layer.budget import final_budget
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
 from pytest_geo.report.concurrency import stats_line
-from pytest_geo.report.gates import gate_failures
+from pytest_geo.report.gates import GateFailure, gate_failures
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.results import Results
@@ -31,14 +31,22 @@ def report_gates(session: pytest.Session) -> None:
     send_gate_reports(session, results.gates)
 
 
-def write_reports(config: pytest.Config, results: Results, started: float, duration: float) -> None:
-    """Write the reports asked for."""
+REPORT_GATE = "pytest-geo::report"
+
+
+def write_reports(session: pytest.Session, results: Results, started: float, duration: float) -> None:
+    """Write the reports asked for. Paths were checked at start; a write that still fails
+    (disk full) fails the run: a failed `pytest-geo::report` in the final line, exit status 1."""
+    config = session.config
     results.metadata = run_metadata(settings_of(config), started, duration)
     results.budget = final_budget(config)
     html_path = None if results.nothing_selected else config.getoption("geo_html")
-    # Paths were checked at start; a write that still fails is one line in the summary.
     write_report_files(results, config.getoption("geo_report"), html_path, who="pytest-geo",
                        flags=("--geo-report", "--geo-html"))
+    if results.write_errors:
+        send_gate_reports(session, [GateFailure(REPORT_GATE, "; ".join(results.write_errors))])
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:

@@ -74,8 +74,11 @@ def _build_report(results: Results) -> dict[str, Any]:
     }
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
+def json_text(payload: Any) -> str:
     """Strict JSON: a NaN or infinity is a bug upstream (metrics and thresholds are checked
     to be finite), never a bare `NaN` token other JSON readers reject."""
-    text = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str, allow_nan=False)
-    write_text_atomic(path, text + "\n")
+    return json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str, allow_nan=False) + "\n"
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    write_text_atomic(path, json_text(payload))
