@@ -31,6 +31,7 @@ Run standalone (the benchmark does, to keep the server off the client's GIL):
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import random
@@ -48,7 +49,8 @@ from fake_batches import BatchStore
 
 from pytest_geo.llm.mock import ranker_order, rewrite
 
-FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers")
+FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
+          "echo_key")
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
@@ -203,7 +205,9 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     """The content a sensible model would give, computed from the prompt text.
 
     `echo_headers`: a usable answer that also quotes every request header (a proxy or
-    a model that echoes its input), the Authorization header and its key included."""
+    a model that echoes its input), the Authorization header and its key included.
+    `echo_key`: the key in escaped forms only decoding reveals (`key_forms`): in the
+    rewrite, or as an extra id of the ranking."""
     messages = body.get("messages", [])
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = next((m["content"] for m in messages if m.get("role") == "user"), "")
@@ -216,11 +220,16 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
         echo = f"You sent {json.dumps(headers)}.\n" if fault == "echo_headers" else ""
+        if fault == "echo_key":  # the key, \u-escaped, as one more id
+            return '{"ordered_ids": ' + json.dumps(ordered)[:-1] + ', "' + key_forms(_key(headers))[1] + '"]}'
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
     description = DESCRIPTION.search(user)
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})
     rewritten = rewrite({"description": description.group(1) if description else ""})
+    if fault == "echo_key":  # written inside the JSON string as is: each form decodes to the key
+        return '{"rewritten_description": ' + json.dumps(rewritten)[:-1] + " " + " ".join(key_forms(_key(headers))) + '"}'
+
     if fault == "echo_headers":
         rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
     return json.dumps({"rewritten_description": rewritten})
@@ -259,6 +268,21 @@ def count_tokens(text: str) -> int:
 def prompt_tokens(body: dict[str, Any]) -> int:
     """Each message's text, 4 tokens of chat format around it, 3 priming the answer."""
     return 3 + sum(4 + count_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
+
+
+def _key(headers: dict[str, str] | None) -> str:
+    return (headers or {}).get("authorization", "").removeprefix("Bearer ")
+
+
+def key_forms(key: str) -> list[str]:
+    """`key` as JSON-string text that decodes to it, or shows it once decoded again:
+    `\\/` for `/`, every character `\\uXXXX`, `\\u0070` for `p` only, HTML character
+    references, URL percent-encoding, base64 in a Basic credential, a doubled JSON escape."""
+    def every(template: str) -> str:
+        return "".join(template.format(ord(c)) for c in key)
+    basic = base64.b64encode(f"user:{key}".encode()).decode()
+    return [key.replace("/", "\\/"), every("\\u{:04X}"), key.replace("p", "\\u0070"), every("&#{};"),
+            every("&#x{:x};"), every("%{:02X}"), f"Basic {basic}", key.replace("p", "\\\\u0070")]
 
 
 BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$))*)", re.MULTILINE)

@@ -3,8 +3,14 @@ key-like tokens, on their own, and the run's key in every form an answer can car
 
 from __future__ import annotations
 
+import base64
+import html
+import json
+import urllib.parse
+
 import pytest
 
+from conftest import GeoProject
 from pytest_geo.llm.openai_client import ANSWER_KEY_LIKE, KEY_LIKE, OpenAIChatClient
 
 
@@ -37,3 +43,87 @@ def test_scrub_replaces_the_run_key_and_other_key_like_tokens_in_one_line() -> N
     client = OpenAIChatClient(api_key="Zq9-not-shaped-like-a-key")
     line = client.scrub("HTTP 401: key Zq9-not-shaped-like-a-key refused;\nalso sk-ab12 and token-xyz99")
     assert line == "HTTP 401: key [key] refused; also [key] and [key]"
+
+
+# --- the run's key, escaped ------------------------------------------------------------------
+
+KEY = "sk-proj/Qx7_escape-test+KEY=0042"  # `/` for `\/`, `p` for `\u0070`; not shaped like ANSWER_KEY_LIKE
+BASIC = "Basic " + base64.b64encode(f"user:{KEY}".encode()).decode()
+
+
+def forms_of(key: str) -> dict[str, str]:
+    """What a file or the terminal could hold that reads as the key: the greps."""
+    return {
+        "raw": key,
+        "JSON \\/": key.replace("/", "\\/"),
+        "\\u, lower": "".join(f"\\u{ord(c):04x}" for c in key),
+        "\\u, upper": "".join(f"\\u{ord(c):04X}" for c in key),
+        "\\u0070": key.replace("p", "\\u0070"),
+        "HTML decimal": "".join(f"&#{ord(c)};" for c in key),
+        "HTML hex": "".join(f"&#x{ord(c):x};" for c in key),
+        "percent": "".join(f"%{ord(c):02X}" for c in key),
+        "base64": base64.b64encode(key.encode()).decode().rstrip("="),
+        "Basic": BASIC,
+    }
+
+
+@pytest.mark.parametrize("form", list(forms_of(KEY)))
+def test_redact_replaces_the_key_in_each_form_and_decoding_never_gives_it_back(form: str) -> None:
+    client = OpenAIChatClient(api_key=KEY)
+    written = forms_of(KEY)[form]
+    answer = '{"rewritten_description": "A kettle. ' + written + ' Steel."}'
+    redacted = client.redact(answer)
+    assert "[key]" in redacted
+    decoded = json.loads(redacted)["rewritten_description"]
+    assert decoded.startswith("A kettle. ") and decoded.endswith(" Steel.")
+    assert KEY not in decoded and KEY not in html.unescape(decoded) and KEY not in urllib.parse.unquote(decoded)
+    assert KEY.replace("p", "\\u0070") not in decoded
+
+
+def test_redact_leaves_escaped_text_without_the_key_as_it_is() -> None:
+    client = OpenAIChatClient(api_key=KEY)
+    text = '{"rewritten_description": "caf\\u00e9 \\/ 100% &amp; &#8364;5 \\"quoted\\" sk-short"}'
+    assert client.redact(text) == text
+
+
+def test_redact_finds_a_key_like_token_hidden_by_escapes() -> None:
+    client = OpenAIChatClient(api_key="unrelated-key-0000")
+    text = '{"rewritten_description": "use sk-\\u0070roj-abcdefghijklmnopq now"}'
+    assert json.loads(client.redact(text))["rewritten_description"] == "use [key] now"
+
+
+def test_no_file_the_run_writes_nor_the_terminal_holds_the_key_in_any_form(
+        served_project: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    served_project.server.fault_for = lambda body: (
+        "echo_key" if ("red kettle number 0" in str(body) and "ordered_ids" not in str(body["messages"][0]))
+        or ("red kettle number 1" in str(body) and "ordered_ids" in str(body["messages"][0])) else None)
+    dataset = str(served_project.dataset(3))
+    result = served_project.run(dataset, "-rA", "-v", "--geo-report", "r.json", "--geo-html", "r.html",
+                                "--junitxml", "j.xml")
+    result.assert_outcomes(passed=2, failed=1)  # row 1: the ranking has the key as an extra id
+    result.stdout.fnmatch_lines(["*extra ids: [[]key[]]*"])
+    record = json.loads((served_project.pytester.path / "r.json").read_text())["rows"][0]
+    assert "[key]" in record["rewritten_description"]  # row 0's rewrite carried the key
+    inputs = {served_project.pytester.path / "rows.jsonl"}
+    files = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in inputs
+             and "prompts" not in p.parts]
+    assert {p.name for p in files} >= {"r.json", "r.html", "j.xml"} and any(p.suffix == ".json" and "geo" in p.parts
+                                                                           for p in files)  # cache entries
+    texts = {str(p): p.read_text(encoding="utf-8", errors="replace") for p in files}
+    texts.update(stdout=result.stdout.str(), stderr=result.stderr.str())
+    found = [(name, form) for name, text in texts.items() for form, written in forms_of(KEY).items()
+             if written in text]
+    assert found == []
+
+
+def test_answers_from_a_batch_are_redacted_like_live_ones() -> None:
+    from pytest_geo.llm.batch import BatchClient
+
+    backend = OpenAIChatClient(api_key=KEY)
+    content = '{"rewritten_description": "Steel. ' + KEY.replace("p", "\\u0070") + '"}'
+    line = {"custom_id": "k1", "response": {"status_code": 200, "body": {
+        "choices": [{"message": {"content": content}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}}
+    found = BatchClient(backend, None)._parse(json.dumps(line), "batch_1")["k1"]
+    assert not isinstance(found, str)
+    assert json.loads(found.text)["rewritten_description"] == "Steel. [key]"

@@ -183,6 +183,7 @@ class BatchClient:
 
     def _parse(self, text: str, batch_id: str) -> dict[str, Outcome]:
         scrub: Callable[[str], str] = self.backend.scrub
+        redact: Callable[[str], str] = self.backend.redact
         found: dict[str, Outcome] = {}
         for raw in text.splitlines():
             try:
@@ -190,7 +191,7 @@ class BatchClient:
                 key = line["custom_id"]
             except (ValueError, KeyError, TypeError):
                 continue
-            found[key] = _outcome(line, batch_id, scrub)
+            found[key] = _outcome(line, batch_id, scrub, redact)
         return found
 
     # Batch ids on disk, so an interrupted run resumes instead of paying twice.
@@ -233,8 +234,9 @@ class BatchClient:
         await self.backend.aclose()
 
 
-def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str]) -> Outcome:
-    """One output or error line: the answer, or why there is none."""
+def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
+             redact: Callable[[str], str]) -> Outcome:
+    """One output or error line: the answer (redacted as a live one is), or why there is none."""
     error = line.get("error")
     response = line.get("response") or {}
     if error:
@@ -250,5 +252,5 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str]) -
     except (KeyError, IndexError, TypeError):
         return f"batch {batch_id}: answer without a message"
     usage = body.get("usage") or {}
-    return ChatResponse(text=str(text), prompt_tokens=int(usage.get("prompt_tokens") or 0),
+    return ChatResponse(text=redact(str(text)), prompt_tokens=int(usage.get("prompt_tokens") or 0),
                         completion_tokens=int(usage.get("completion_tokens") or 0), batch=True)

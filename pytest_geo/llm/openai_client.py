@@ -17,6 +17,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
+from pytest_geo.llm import redaction
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.profiles import Refusal, sent_body
 from pytest_geo.settings import DEFAULT_BASE_URL
@@ -180,17 +181,14 @@ class OpenAIChatClient:
         return self.scrub(f"{type(exc).__name__}: {exc}")
 
     def redact(self, text: str) -> str:
-        """`text` with the key, and anything shaped like a secret key, replaced by `[key]`."""
-        if self._secret and self._secret in text:
-            text = text.replace(self._secret, "[key]")
-        return ANSWER_KEY_LIKE.sub("[key]", text)
+        """`text` with the key, and anything shaped like a secret key, replaced by `[key]`,
+        as written and in the escaped forms decoding the answer would undo (redaction.py)."""
+        return redaction.redact(text, self._secret, ANSWER_KEY_LIKE)
 
     def scrub(self, text: str, limit: int = MAX_DETAIL) -> str:
-        """One line for an error message: the key and key-like tokens replaced, shortened."""
-        flat = " ".join(text.split())
-        if self._secret:
-            flat = flat.replace(self._secret, "[key]")
-        flat = KEY_LIKE.sub("[key]", flat)
+        """One line for an error message: the key and key-like tokens replaced (in every
+        form, as in `redact`), shortened."""
+        flat = " ".join(redaction.redact(text, self._secret, KEY_LIKE).split())
         return shorten(flat, limit)
 
     async def aclose(self) -> None:
