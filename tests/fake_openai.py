@@ -4,7 +4,9 @@ It answers from the request itself (the candidates JSON in the ranker prompt, th
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
 strategy that loses to the mock's, for comparisons of variants).
-Latency and faults are injectable; it records every request and the most in flight.
+Latency and faults are injectable; it records every request (with the requests in
+flight when it came) and the most in flight. With `serial` set it answers one call at a
+time, as a local CPU model's server does: latency grows with the queue.
 
 Rate-limit mode (`rate_limit`): at most R requests per second (a token bucket holding
 one second's worth, refilled continuously, as providers meter requests per minute) and at
@@ -131,6 +133,10 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.refused: list[tuple[str, str]] = []  # (model, param) of each contract refusal
         # The usage of every chat completion the server answered (not batches), added up.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+        # While set, requests are served one at a time (a local CPU model's server): each
+        # waits for the ones before it, so latency grows with the queue.
+        self.serial = False
+        self.serving = threading.Lock()
         self.thread: threading.Thread | None = None
 
     @property
@@ -157,6 +163,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.fault_for = None
             self.refused.clear()
             self.billed = dict.fromkeys(self.billed, 0)
+            self.serial = False
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -187,8 +194,9 @@ class FakeOpenAI(ThreadingHTTPServer):
 
     def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
-            self.requests.append({"body": body, "headers": headers, "at": time.monotonic()})
             self.in_flight += 1
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
+                                  "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
 
@@ -397,7 +405,10 @@ class _Handler(BaseHTTPRequestHandler):
                 server._hold()
             if server.holds is not None and server.holds(body):
                 server.released.wait(server.hold_seconds)
-            if server.latency:
+            if server.serial:
+                with server.serving:
+                    time.sleep(server.latency)
+            elif server.latency:
                 time.sleep(server.latency)
             if fault == "drop":
                 self.close_connection = True

@@ -162,6 +162,88 @@ def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate(
     assert controller.limit == pytest.approx(START * TRIM_ON_PRESSURE)  # trimmed once, then no growth
 
 
+class FakeClock:
+    """time.monotonic for the controller, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_rate_headers_the_rate_granted_between_two_429s_caps_requests() -> None:
+    """The server's budget is spent at each 429, so the successes between two of them
+    (counted a latency late: answers trail admission) are its rate: 60 in 2 s is 30/s,
+    and at 0.1 s a call 3 requests in flight keep that pace (Little's law)."""
+    clock = FakeClock()
+
+    async def scenario() -> AdaptiveConcurrency:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        await controller.requests.acquire()
+        first = controller.observe(429, {"retry-after": "1"})
+        clock.now += 0.05
+        controller.observe(200, {})  # admitted before the first 429: not counted
+        for _ in range(50):
+            clock.now += 0.02
+            controller.observe(200, {})
+        clock.now = 102.0
+        second = controller.observe(429, {"retry-after": "1"})
+        for _ in range(10):  # answers to requests admitted before the second 429
+            controller.observe(200, {})
+        assert controller.request_cap is None  # learned a latency later
+        await asyncio.sleep(0.3)
+        for wait in (first, second):
+            assert wait is not None
+            asyncio.ensure_future(wait).cancel()
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.request_cap == 3
+    assert controller.requests.limit == 3
+
+
+def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() -> None:
+    """32 requests sent at once to a server answering one call a second: answers come
+    every second, each having waited one second longer. The queue shows the server's
+    pace (1 call/s, 1 s at best), so auto keeps two requests in flight, one row,
+    in one cut rather than a tenth per window of 32 answers."""
+    clock = FakeClock()
+
+    async def scenario() -> AdaptiveConcurrency:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        for _ in range(32):
+            await controller.requests.acquire()
+        for waited in range(1, 13):
+            clock.now += 1.0
+            controller.requests.release()
+            controller.call_succeeded(float(waited))
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.limit == 1.0
+    assert controller.rows.limit == 1 and controller.requests.limit == 2
+
+
+def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(served_project: GeoProject) -> None:
+    """A local CPU model's server: one call at a time, 0.2 s each. Auto opens with 16
+    rows (every row's first two calls at once: 32 requests), sees the queue in the
+    latencies and cuts to the server's pace (about one row, two requests: its fastest
+    latency seen, the first call's, includes the client's start-up, more so on a loaded
+    machine): the rows' last calls wait for the queue to drain instead of joining it,
+    so the last 8 find at most 8 requests at the server (before: about 20)."""
+    server = served_project.server
+    server.latency = 0.2
+    server.serial = True
+    result = served_project.run(str(served_project.dataset(16)), "--geo-no-cache", "--geo-report", "report.json")
+    result.assert_outcomes(passed=16)
+    found = [r["in_flight"] for r in server.requests]
+    assert len(found) == 48 and max(found[-8:]) <= 8, found
+    report = json.loads((served_project.pytester.path / "report.json").read_text())
+    assert report["concurrency"]["limit"] <= 4
+
+
 def test_auto_parses_as_a_setting() -> None:
     settings = build_settings({"concurrency": "auto", "max_concurrency": 32})
     assert settings.concurrency is None and settings.max_concurrency == 32

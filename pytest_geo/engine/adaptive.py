@@ -3,18 +3,28 @@
 Providers limit requests per second and tokens per minute, not the client's CPU, and
 the limit is unknown in advance. So, as TCP does with a network's capacity:
 
-- slow start: from a modest START (16, the old fixed default), each successful call adds half a row (about doubling
-  the rows in flight per round trip) until the first sign of pressure;
+- slow start: from a modest START (16, the old fixed default), each successful call adds
+  half a row (about doubling the requests in flight per round trip) until the first sign
+  of pressure;
 - then additive increase: about one row per round trip (1/limit per successful call);
-- calls taking twice as long as the fastest seen trim the limit by a tenth, once per
-  window, like a nearly spent budget: the server (or this machine's CPU) is queueing
-  them, and more rows in flight would only lengthen the queue;
+- calls sent under the current limit taking twice as long as the fastest seen trim the
+  limit by a tenth, once per window, like a nearly spent budget: the server (or this
+  machine's CPU) is queueing them, and more rows in flight would only lengthen the queue;
+- calls taking four times as long: whatever serves them is saturated (a local model's
+  server answering one call at a time, or this machine's CPU), so the limit drops at once
+  to twice what it serves without queueing (its throughput times the fastest latency,
+  Little's law): a tenth a window would take minutes at 10 s a call;
 - a 429 halves the limit, once per window (the requests in flight when it was cut
   carry no news about the new limit), and holds new requests back for the server's
   `Retry-After` (`retry-after-ms`, else `retry-after`, else the `x-ratelimit-reset-*`
   of the exhausted limit); the refused request itself gives its slot back and queues
   for one again (`observe` returns that wait for the HTTP hook to await before the SDK
   retries), so the SDK's retries cannot stampede the server all at once;
+- with no rate headers (a gateway that only says `Retry-After`), the budget is spent at
+  each 429 that opens a window, so the successes between two of them are the rate the
+  server grants; the request limiter is capped at that rate times a call's latency, as
+  with headers below, and the rate is probed upwards by 1% a second (nothing else says
+  when it grows); halving alone would overshoot and pause again every few round trips;
 - when the `x-ratelimit-limit/remaining/reset-requests` headers are there, they give the
   rate the server refills (limit - remaining requests come back within the reset time);
   by Little's law the requests worth keeping in flight are that rate times a call's
@@ -27,16 +37,19 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
 
 Signals come from every HTTP response (`observe`, fed by the OpenAI client's response
 hook, retried 429s included) and from every finished call (`call_succeeded`, with its
-duration). A backend that shows no responses (the mock, a custom client) still grows to
-the maximum on success. Everything
-runs on the runner's one event loop, so no lock."""
+duration, for calls answered at their first attempt: a retried call's time is mostly the
+wait imposed on it). A backend that shows no responses (the mock, a custom client) still
+grows to the maximum on success. Everything runs on the runner's one event loop, so no
+lock."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import re
-from collections.abc import Awaitable, Mapping
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +57,14 @@ from pytest_geo.engine.limiter import Limiter
 from pytest_geo.settings import DEFAULT_CONCURRENCY
 
 START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
-SLOW_START_STEP = 1.0  # rows per successful call while no pressure was seen (x2.5 a round trip)
+SLOW_START_STEP = 0.5  # rows per successful call while no pressure was seen (x2 a round trip)
 SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
+QUEUEING = 4.0  # this many times slower: a saturated server or CPU, cut to what it serves
 CUT_ON_429 = 0.5
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
+PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a second
+THROUGHPUT_CALLS = 128  # finished calls whose pace measures a bottleneck's throughput
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
@@ -135,8 +151,10 @@ class ConcurrencyStats:
 class AdaptiveConcurrency:
     """Turns the runner's row limiter and the client's request limiter together."""
 
-    def __init__(self, rows: Limiter, requests: Limiter, maximum: int, start: int = START) -> None:
+    def __init__(self, rows: Limiter, requests: Limiter, maximum: int, start: int = START,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.rows = rows
+        self.clock = clock  # seconds; the rate and queue rules measure time with it
         self.requests = requests
         self.maximum = max(1, maximum)
         self.limit = float(min(start, self.maximum))
@@ -148,27 +166,45 @@ class AdaptiveConcurrency:
         self._latency: float | None = None  # seconds per successful call, smoothed
         self._fastest: float | None = None  # the lowest smoothed latency seen
         self._rate: float | None = None  # requests per second the server refills, smoothed
+        self._granted: float | None = None  # requests per second learned between 429s
+        self._successes = 0  # 2xx responses seen
+        self._last_refusal: float | None = None  # when the last 429 cut was made (the clock)
+        self._successes_before = 0  # successes seen until a latency after it
+        self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
+        self._finished: deque[float] = deque(maxlen=THROUGHPUT_CALLS)  # when the last calls came back
+        self._queued: float | None = None  # smoothed latency of calls sent under the current limit
+        self._cut_at = 0.0  # when the limit was last cut (the clock)
+        self._settled_at = 0.0  # when that cut's window closed: calls sent since ran under it
         self._apply()
 
     @property
     def request_cap(self) -> int | None:
-        """Requests worth keeping in flight at the server's refill rate (Little's law)."""
-        if self._rate is None or self._latency is None:
+        """Requests worth keeping in flight at the rate the server grants (Little's law):
+        the refill rate its headers give, else the rate learned between its 429s."""
+        rate = self._rate if self._rate is not None else self._granted
+        if rate is None or self._latency is None:
             return None
-        return max(1, math.ceil(self._rate * self._latency - 1e-9))  # 10.000000001 is 10
+        return max(1, math.ceil(rate * self._latency - 1e-9))  # 10.000000001 is 10
 
     def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
         """One HTTP response (header names lower-case); for a 429, the wait for a slot
         that the refused request should await before it is retried."""
         self._answers += 1
+        self._sees_responses = True
         if status == 429:
             self.rate_limited += 1
             pause = retry_after(headers)
             pause = DEFAULT_PAUSE if pause is None else min(pause, MAX_PAUSE)
             self.requests.pause_until(asyncio.get_running_loop().time() + pause)
+            if self._window_over():
+                self._learn_granted_rate()
             self._cut(CUT_ON_429)
             return self.requests.requeue()
         if 200 <= status < 300:
+            self._successes += 1
+            if (self._last_refusal is not None and self._latency is not None
+                    and self.clock() < self._last_refusal + self._latency):
+                self._successes_before += 1  # admitted before that 429: not in the next count
             rate = refill_rate(headers)
             if rate is not None:
                 self._rate = _smooth(self._rate, rate)
@@ -176,28 +212,85 @@ class AdaptiveConcurrency:
                 self._cut(TRIM_ON_PRESSURE)
         return None
 
+    def _learn_granted_rate(self) -> None:
+        """A 429 that opens a new window: the server's budget is spent now, as it was at
+        the last such 429, so what it admitted in between is what it grants in that time
+        (less, if its budget filled up unused meanwhile: a floor of its rate). Admitted
+        requests are answered a latency later, so the count is taken then: the successes
+        from a latency after the last such 429 to a latency after this one."""
+        now = self.clock()
+        if self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
+            asyncio.get_running_loop().call_later(
+                self._latency, self._learn_rate, self._successes_before, now - self._last_refusal)
+        self._last_refusal = now
+        self._successes_before = self._successes
+
+    def _learn_rate(self, successes_before: int, seconds: float) -> None:
+        self._granted = (self._successes - successes_before) / seconds
+        self._apply()
+
     def call_succeeded(self, seconds: float) -> None:
         """A model call came back after `seconds`: room to grow, unless the last window
         saw pressure or the rows already fill the request cap."""
+        now = self.clock()
+        if not self._sees_responses:
+            self._answers += 1  # a backend without an HTTP hook: its calls are the clock
+        self._finished.append(now)
         self._latency = _smooth(self._latency, seconds)
         self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
-        cap = self.request_cap
-        if self._latency > SLOWER * self._fastest:
-            self._cut(TRIM_ON_PRESSURE)
+        if self._latency > QUEUEING * self._fastest and self._drain_queue():
             return
-        if self._answers < self._window_end or (cap is not None and self.limit >= cap):
+        if self._settled_at < self._cut_at and self._window_over():
+            self._settled_at = now
+        if now - seconds >= self._settled_at:  # sent under the current limit
+            self._queued = _smooth(self._queued, seconds)
+            if self._queued > SLOWER * self._fastest:
+                self._cut(TRIM_ON_PRESSURE)
+                return
+        cap = self.request_cap
+        if self._window_over() and self._rate is None and self._granted is not None:
+            self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
+        if not self._window_over() or (cap is not None and self.limit >= cap):
             self._apply()  # the cap moves with the latency and the rate
             return
         step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
         self.limit = min(float(self.maximum), self.limit + step)
         self._apply()
 
+    def _drain_queue(self) -> bool:
+        """Calls wait in a queue QUEUEING times their fastest latency: whatever serves
+        them (a server answering one call at a time, or this machine's CPU) is saturated,
+        and its throughput (calls finished per second) times the fastest latency is what
+        it serves without queueing (Little's law). Keep SLOWER times that in flight, at
+        once rather than a tenth per window: at 10 s a call, a window of 30 queued calls
+        lasts minutes. The target does not depend on the limit, so applying it again
+        while the queue drains cuts no further. True if it cut."""
+        assert self._fastest is not None
+        if len(self._finished) < 3 or self._finished[-1] <= self._finished[0]:
+            return False
+        throughput = (len(self._finished) - 1) / (self._finished[-1] - self._finished[0])
+        rows = max(1.0, SLOWER * throughput * self._fastest / REQUESTS_PER_ROW)
+        if rows >= self.limit:
+            return False
+        self._cut_to(rows)
+        return True
+
+    def _window_over(self) -> bool:
+        return self._answers >= self._window_end
+
     def _cut(self, factor: float) -> None:
         self.slow_start = False
-        if self._answers < self._window_end:
-            return  # this window was cut already
-        self.limit = max(1.0, self.limit * factor)
-        self._window_end = self._answers + self.requests.in_use
+        if self._window_over():  # else this window was cut already
+            self._cut_to(self.limit * factor)
+
+    def _cut_to(self, limit: float) -> None:
+        """A new limit; the requests in flight were sent under the old one, so the window
+        (no further cut by a factor) lasts until as many answers came back."""
+        self.slow_start = False
+        self.limit = max(1.0, limit)
+        self._window_end = max(self._window_end, self._answers + self.requests.in_use)
+        self._cut_at = self.clock()
+        self._queued = None
         self._apply()
 
     def _apply(self) -> None:

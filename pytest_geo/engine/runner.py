@@ -20,7 +20,9 @@ T = TypeVar("T")
 class BoundedClient:
     """At most `limit` model requests in flight at once, whoever sends them; a Limiter
     given as `limit` can be resized meanwhile (--geo-concurrency auto), and
-    `on_success` hears how long every call that came back took."""
+    `on_success` hears how long every call that came back at its first attempt took
+    (a retried call's time is mostly the wait a 429 or an error imposed, not the server's
+    pace)."""
 
     def __init__(self, inner: ChatClient, limit: int | Limiter,
                  on_success: Callable[[float], None] | None = None) -> None:
@@ -32,7 +34,7 @@ class BoundedClient:
         async with self._slots:
             started = time.perf_counter()
             response = await self.inner.complete(request)
-        if self._on_success is not None:
+        if self._on_success is not None and not response.retries:
             self._on_success(time.perf_counter() - started)
         return response
 
