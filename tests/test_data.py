@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from pytest_geo.data import files
 from pytest_geo.data.dataset import (
     GeoRow,
     RowProblem,
@@ -91,3 +95,28 @@ def test_names_are_distinct_for_any_query_ids(tmp_path: Path) -> None:
 def test_control_characters_in_query_ids_are_escaped_in_names(tmp_path: Path) -> None:
     names = row_names(_lines_with_ids(tmp_path, ["\x1b[31mred", "a\nb", "plain"]))
     assert names == ["\\x1b[31mred@line1", "a\\x0ab@line2", "plain"]
+
+
+def test_atomic_write_keeps_a_files_mode_and_gives_a_new_one_the_umasks(tmp_path: Path) -> None:
+    existing = tmp_path / "existing.json"
+    existing.write_text("old", encoding="utf-8")
+    existing.chmod(0o640)
+    files.write_text_atomic(existing, "new ✓")
+    fresh = tmp_path / "deeper" / "fresh.json"
+    files.write_text_atomic(fresh, "first", durable=False)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert existing.read_text(encoding="utf-8") == "new ✓" and existing.stat().st_mode & 0o777 == 0o640
+    assert fresh.read_text(encoding="utf-8") == "first" and fresh.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["deeper", "existing.json", "fresh.json"]
+
+
+def test_atomic_write_steps_over_a_temp_file_a_killed_process_of_the_same_pid_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "_TEMPS", itertools.count(5))
+    left = tmp_path / f".out.json.{os.getpid()}.5.tmp"
+    left.write_text("half", encoding="utf-8")
+    files.write_text_atomic(tmp_path / "out.json", "whole")
+    assert (tmp_path / "out.json").read_text(encoding="utf-8") == "whole"
+    assert left.read_text(encoding="utf-8") == "half"  # not this process's to remove

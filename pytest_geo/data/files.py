@@ -5,9 +5,9 @@ socket would feed it without end."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,24 +24,44 @@ NEW_FILE_MODE = 0o666 & ~_umask()
 
 def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     """Replace `path` with `text`. An existing file keeps its permissions; `durable`
-    also fsyncs before the rename (the cache skips it: a lost entry is only a miss)."""
+    also fsyncs before the rename (the cache skips it: a lost entry is only a miss).
+    The temporary file is opened with plain `os` calls: the answer cache writes one per
+    model call, and mkstemp's random names and a text wrapper cost more than the write."""
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
-        mode = NEW_FILE_MODE
+        mode = None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
             if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if mode is not None and mode != NEW_FILE_MODE:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+_TEMPS = itertools.count()
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """A new file beside `path` named `.<name>.<pid>.<n>.tmp`, created with the umask's
+    mode (a name left by a killed process of the same pid is skipped)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_TEMPS)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 class NotRegularFile(OSError):
