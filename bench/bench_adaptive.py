@@ -6,7 +6,7 @@ concurrencies beside it, in one run.
    reached as a share of R (target >= 90%) and the share of requests answered 429
    (target <= 5%), for auto and for a fixed `--geo-concurrency 16`; and auto against
    the same limits when the server's 429s say only `Retry-After` (whole seconds) and its
-   successes nothing (no target: AIMD on 429s alone).
+   successes nothing (the same targets: the rate is learned between 429s).
 2. No limit: auto's wall time against fixed C=64 (bench_concurrency.py's figure), on
    the same rows (target: auto within 20%).
 

@@ -226,6 +226,22 @@ def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() 
     assert controller.rows.limit == 1 and controller.requests.limit == 2
 
 
+def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> None:
+    """The mock answers in about 0.1 ms, twentyfold slower when the event loop is busy:
+    jitter, not a queue, so auto grows to its bound as it did."""
+    clock = FakeClock()
+
+    async def scenario() -> AdaptiveConcurrency:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 40, clock=clock)
+        for i in range(200):
+            clock.now += 0.001
+            controller.call_succeeded(0.0001 if i % 2 else 0.002)
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.limit == 40 and controller.rows.limit == 40
+
+
 def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(served_project: GeoProject) -> None:
     """A local CPU model's server: one call at a time, 0.2 s each. Auto opens with 16
     rows (every row's first two calls at once: 32 requests), sees the queue in the

@@ -38,9 +38,9 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
 Signals come from every HTTP response (`observe`, fed by the OpenAI client's response
 hook, retried 429s included) and from every finished call (`call_succeeded`, with its
 duration, for calls answered at their first attempt: a retried call's time is mostly the
-wait imposed on it). A backend that shows no responses (the mock, a custom client) still
-grows to the maximum on success. Everything runs on the runner's one event loop, so no
-lock."""
+wait imposed on it). A backend that shows no responses (the mock, a custom client) grows
+on success and backs off on latency only; calls under 10 ms (the mock's) show no queue.
+Everything runs on the runner's one event loop, so no lock."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens 
 SLOW_START_STEP = 0.5  # rows per successful call while no pressure was seen (x2 a round trip)
 SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
 QUEUEING = 4.0  # this many times slower: a saturated server or CPU, cut to what it serves
+QUEUE_SIGNAL = 0.01  # seconds: faster calls (the mock's) vary with the event loop's jitter, not a queue
 CUT_ON_429 = 0.5
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
@@ -238,11 +239,12 @@ class AdaptiveConcurrency:
         self._finished.append(now)
         self._latency = _smooth(self._latency, seconds)
         self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
-        if self._latency > QUEUEING * self._fastest and self._drain_queue():
+        queue_shows = self._fastest >= QUEUE_SIGNAL
+        if queue_shows and self._latency > QUEUEING * self._fastest and self._drain_queue():
             return
         if self._settled_at < self._cut_at and self._window_over():
             self._settled_at = now
-        if now - seconds >= self._settled_at:  # sent under the current limit
+        if queue_shows and now - seconds >= self._settled_at:  # sent under the current limit
             self._queued = _smooth(self._queued, seconds)
             if self._queued > SLOWER * self._fastest:
                 self._cut(TRIM_ON_PRESSURE)
