@@ -13,6 +13,7 @@ from fake_openai import FakeOpenAI, RateLimit
 
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
 from pytest_geo.cli import main
+from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.adaptive import (
     CUT_ON_429,
     START,
@@ -23,8 +24,9 @@ from pytest_geo.engine.adaptive import (
     retry_after,
 )
 from pytest_geo.engine.limiter import Limiter
+from pytest_geo.engine.session import GeoSession
 from pytest_geo.report.concurrency import merge_stats
-from pytest_geo.settings import build_settings
+from pytest_geo.settings import Settings, build_settings
 
 
 def test_limiter_shrinks_for_newcomers_and_keeps_order() -> None:
@@ -242,22 +244,32 @@ def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> Non
     assert controller.limit == 40 and controller.rows.limit == 40
 
 
-def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(served_project: GeoProject) -> None:
-    """A local CPU model's server: one call at a time, 0.2 s each. Auto opens with 16
-    rows (every row's first two calls at once: 32 requests), sees the queue in the
-    latencies and cuts to the server's pace (about one row, two requests: its fastest
-    latency seen, the first call's, includes the client's start-up, more so on a loaded
-    machine): the rows' last calls wait for the queue to drain instead of joining it,
-    so the last 8 find at most 8 requests at the server (before: about 20)."""
-    server = served_project.server
-    server.latency = 0.2
-    server.serial = True
-    result = served_project.run(str(served_project.dataset(16)), "--geo-no-cache", "--geo-report", "report.json")
-    result.assert_outcomes(passed=16)
-    found = [r["in_flight"] for r in server.requests]
-    assert len(found) == 48 and max(found[-8:]) <= 8, found
-    report = json.loads((served_project.pytester.path / "report.json").read_text())
-    assert report["concurrency"]["limit"] <= 4
+def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server answering one call at a time, 0.2 s each, behind a URL not known to be
+    local (a model server on a public name), so auto opens as for a hosted API: 16 rows,
+    every row's first two calls at once, 32 requests. It sees the queue in the latencies
+    and cuts to the server's pace (about one row, two requests; its fastest latency seen,
+    the first call's, includes the client's start-up, more so on a loaded machine): the
+    rows' last calls wait for the queue to drain instead of joining it, so the last 8 find
+    at most 8 requests at the server (before: about 20). The engine's path, real SDK."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.2
+    fake_openai.serial = True
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(16)), encoding="utf-8")
+    rows = [r for r in iter_dataset(dataset, 0) if isinstance(r, GeoRow)]
+    session = GeoSession(Settings(prompts_dir=PROMPTS, base_url=fake_openai.url, use_cache=False))
+    try:
+        outcomes = session.evaluate(rows)
+    finally:
+        session.close()
+    assert [o.error for o in outcomes] == [None] * 16
+    found = [r["in_flight"] for r in fake_openai.requests]
+    assert len(found) == 48 and max(found[:32]) >= 16 and max(found[-8:]) <= 8, found
+    stats = session.concurrency_stats()
+    assert stats.reached >= 16 and stats.limit <= 4
 
 
 def test_auto_parses_as_a_setting() -> None:
