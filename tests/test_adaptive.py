@@ -82,6 +82,23 @@ def test_limiter_cancelled_waiter_gives_back_nothing_it_did_not_take() -> None:
     assert asyncio.run(scenario()) == 1
 
 
+def test_limiter_waiter_cancelled_after_a_wake_up_dropped_it_leaves_quietly() -> None:
+    """A waiter's task is cancelled, and a release wakes the queue (dropping the cancelled
+    waiter) before that task runs: it ends cancelled, not with a ValueError."""
+    async def scenario() -> int:
+        limiter = Limiter(1)
+        await limiter.acquire()
+        waiting = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        waiting.cancel()
+        limiter.release()  # the queue's wake-up drops the cancelled waiter
+        outcome = await asyncio.gather(waiting, return_exceptions=True)
+        assert isinstance(outcome[0], asyncio.CancelledError)
+        return limiter.in_use
+
+    assert asyncio.run(scenario()) == 0
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("20ms", 0.02), ("1s", 1.0), ("6m0s", 360.0), ("1.5", 1.5),
                                                 ("1h2m3.5s", 3723.5), ("soon", None), ("", None)])
 def test_parse_duration_reads_openai_reset_format(text: str, seconds: float | None) -> None:

@@ -48,7 +48,7 @@ class Limiter:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.release()  # granted just as we were cancelled: hand the slot on
-            else:
+            elif waiter in self._waiters:  # else a wake-up already dropped it as done
                 self._waiters.remove(waiter)
             raise
 
