@@ -1,5 +1,6 @@
-"""The `egeo` command: `evaluate` (the E-GEO harness's output), `optimize-prompts`, and
-`init` (a starter project). `python -m pytest_geo` runs it too, as the harness ran as a script."""
+"""The `egeo` command: `evaluate` and `optimize` (alias `optimize-prompts`) with the E-GEO
+harness's output, and `init` (a starter project). `python -m pytest_geo` runs it too, as
+the harness ran as a script."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from pytest_geo.settings import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_MODELS,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
     LOCAL_MAX_CONCURRENCY,
@@ -62,6 +64,7 @@ from pytest_geo.settings import (
     SettingError,
     Settings,
     build_settings,
+    connection_help,
     find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
@@ -113,14 +116,19 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         f"{LOCAL_MAX_CONCURRENCY} for a local server)",
     )
     parser.add_argument(
-        "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
+        "--base-url", default=None, metavar="URL",
+        help="OpenAI-compatible server (env: OPENAI_BASE_URL; default: the OpenAI API); its key comes from "
+        "OPENAI_API_KEY",
     )
-    parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
-    parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
+    parser.add_argument("--ranker-model", default=None, metavar="M",
+                        help=f"ranker model (env: RANKER_MODEL; default: {DEFAULT_MODELS['ranker']})")
+    parser.add_argument("--rewriter-model", default=None, metavar="M",
+                        help=f"rewriter model (env: REWRITER_MODEL; default: {DEFAULT_MODELS['rewriter']})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).")
+    parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).",
+                                     epilog="Models" + connection_help("--").removeprefix("models") + ".")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
@@ -179,8 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "batch ids are kept in the cache directory, so an interrupted run resumes them")
     _common(evaluate)
     optimize = commands.add_parser(
-        "optimize-prompts",
-        help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt)",
+        "optimize",
+        aliases=["optimize-prompts"],
+        help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt); prints "
+        "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
     optimize.add_argument(
         "--train", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that drive the proposals"
@@ -196,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of --train/--val: a Python file whose prompt procedures marked "
         "optimize=True are each scored by their same-named eval suite",
     )
-    optimize.add_argument("--iters", type=positive_int, default=3, metavar="N", help="proposals to try (default: 3)")
+    optimize.add_argument("--iters", type=positive_int, default=5, metavar="N", help="proposals to try (default: 5)")
     optimize.add_argument(
         "--max-metric-calls",
         type=positive_int,
@@ -211,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="optimizer_model",
         default=None,
         metavar="M",
-        help="meta-optimizer model (env: META_MODEL)",
+        help=f"meta-optimizer model (env: META_MODEL; default: {DEFAULT_MODELS['optimizer']})",
     )
     _common(optimize, seed_help="seed for the search and for missing target_ids")
     init = commands.add_parser(
@@ -472,9 +482,11 @@ def optimize_prompts(args: argparse.Namespace) -> int:
     from pytest_geo.optimize import OptimizeOptions, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
-        build_parser().error("optimize-prompts needs --train and --val, or --suites FILE")
+        build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
-    return optimize_prompts(_settings(args), options)
+    result = optimize_prompts(_settings(args), options)
+    print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -484,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "evaluate":
             return evaluate(args)
-        if args.command == "optimize-prompts":
+        if args.command in ("optimize", "optimize-prompts"):
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -43,6 +44,7 @@ from pytest_geo.pytest_layer.state import (
     COLLECTION_FAILED,
     DATASETS,
     DECLARED_SUITES,
+    HEADER_SHOWN,
     LOOKAHEAD,
     MAX_ERROR_RATE,
     PROGRESS,
@@ -60,9 +62,9 @@ from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, writ
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.concurrency import merge_stats
 from pytest_geo.report.junit import junit_properties
-from pytest_geo.report.metadata import run_identity
+from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
-from pytest_geo.settings import describe_prompts
+from pytest_geo.settings import Settings, describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -149,15 +151,23 @@ def _load_baseline(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    """Which model, prompts and seed GEO rows use: for named datasets and for .jsonl
-    paths given as arguments."""
+    """Which model, server, prompts and seed GEO rows use: for named datasets and for
+    .jsonl paths given as arguments; for suites it comes once they are collected."""
     if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
         return None
+    config.stash[HEADER_SHOWN] = True
+    return geo_header(settings_of(config))
+
+
+def geo_header(settings: Settings) -> str:
     from pytest_geo.llm.factory import placeholder_key_host
 
-    settings = settings_of(config)
-    model = "mock" if settings.mock else f"ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}"
-    header = f"geo: model {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    if settings.mock:
+        model = "model mock"
+    else:
+        host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
+        model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
+    header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
@@ -202,6 +212,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         rows = [item for item in session.items if isinstance(item, GeoItem)]
         results_of(session.config).selected = {item.nodeid for item in rows}
         _check_min_scores(session.config, {item.suite_name for item in rows})
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if rows and reporter is not None and reporter.showheader and not reporter.no_header \
+                and not session.config.stash.get(HEADER_SHOWN, False):
+            reporter.write_line(geo_header(settings_of(session.config)))  # suites: known only now
     if session.config.option.collectonly:
         return
     run = sequential_run(session.config)

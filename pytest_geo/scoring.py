@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from numbers import Real
 from typing import Any
 
@@ -30,11 +31,17 @@ class MetricReturnError(TypeError):
 
 
 def normalize(returned: Any) -> Score:
-    """Kedi's rules: bool -> 1.0/0.0, a number -> float (not clamped), (score, feedback)."""
+    """Kedi's rules: bool -> 1.0/0.0, any number coercible to float -> float (not
+    clamped), (score, feedback). A number is a `numbers.Real`, a `Decimal`, or any other
+    value with `__float__` (numpy scalars, say); a string is not, even "0.5"."""
     if isinstance(returned, bool):
         return Score(1.0 if returned else 0.0)
-    if isinstance(returned, Real):
-        value = float(returned)
+    if _is_number(returned):
+        try:
+            value = float(returned)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise MetricReturnError(
+                f"metric returned {shorten_repr(returned)}, not coercible to float: {exc}") from None
         if not math.isfinite(value):
             # A NaN would make the suite's mean NaN, which no threshold can fail.
             raise MetricReturnError(f"metric returned {value}")
@@ -47,6 +54,12 @@ def normalize(returned: Any) -> Score:
         f"metric returned {type(returned).__name__} {shorten_repr(returned)}; "
         "expected a bool, a number or (score, feedback)"
     )
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, (Real, Decimal)):
+        return True
+    return hasattr(type(value), "__float__") and not isinstance(value, (str, bytes, bytearray, tuple))
 
 
 def shorten_repr(value: Any, limit: int = 80) -> str:

@@ -43,6 +43,15 @@ PACKAGED_PROMPTS = Path(__file__).resolve().with_name("prompts")
 PROMPTS_DIRNAME = "prompts"
 
 
+def connection_help(prefix: str) -> str:
+    """What --help says about the model and its key, for pytest's group (`prefix`
+    "--geo-") and for egeo ("--")."""
+    models = " / ".join(sorted(set(DEFAULT_MODELS.values())))
+    return (f"models default to {models} (change with {prefix}*-model or RANKER_MODEL, REWRITER_MODEL, "
+            f"META_MODEL); the API key comes from OPENAI_API_KEY, the server from OPENAI_BASE_URL (default: "
+            f"the OpenAI API); {prefix}mock runs offline without a key")
+
+
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
     value = (environ if environ is not None else os.environ).get(name, "")
     return value.strip().lower() in TRUTHY

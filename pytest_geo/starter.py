@@ -17,8 +17,10 @@ from pytest_geo.settings import PACKAGED_PROMPTS
 
 DATASET = Path("eval/datasets/example.jsonl")
 SUITE = Path("eval/suites/rewriter.geo.yaml")
-INI_LINES = "[pytest]\ntestpaths = eval\ngeo_prompts = prompts\n"
-TOML_LINES = 'testpaths = ["eval"]\ngeo_prompts = "prompts"\n'  # [tool.pytest.ini_options]
+# pythonpath: a suite's `procedure: module:function` (and a metric's) imports modules of
+# the project, which pytest cannot import from the rootdir without it.
+INI_LINES = "[pytest]\ntestpaths = eval\npythonpath = .\ngeo_prompts = prompts\n"
+TOML_LINES = 'testpaths = ["eval"]\npythonpath = ["."]\ngeo_prompts = "prompts"\n'  # [tool.pytest.ini_options]
 
 # Three rows: two name their target, the third leaves it to the seeded choice.
 EXAMPLE_ROWS = [

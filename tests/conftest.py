@@ -82,12 +82,15 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 
 
 def geo_rows(n: int) -> list[dict[str, Any]]:
-    """Rows whose target starts last of three and, with the mock logic, ends first."""
+    """Rows whose target starts last of three and, with the mock logic (the E-GEO
+    harness's: "Best for" first, then the longer description), ends first: its
+    description is the shortest, and it is not listed last (the harness's mock counts the
+    ranker prompt's closing line into the last description)."""
     return [
         {"query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
          "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                        {"id": f"b{i}", "title": "Kettle", "description": "a kettle"},
-                        {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}
+                        {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"},
+                        {"id": f"b{i}", "title": "Kettle", "description": "a kettle with a long cord"}]}
         for i in range(n)
     ]
 

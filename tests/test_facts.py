@@ -142,8 +142,9 @@ def test_violations_go_to_feedback_report_and_summary(rewriter_project: pytest.P
     assert {q: r["fact_violations"] for q, r in rows.items()} == {
         "honest": [], "specs": ["0.9 kg", "32GB"], "price": ["$99"], "certified": ["CE", "certified"],
     }
-    assert rows["specs"]["feedback"] == "rank 2 -> 2; new facts: 0.9 kg, 32GB"
-    assert rows["honest"]["feedback"] == "rank 2 -> 2"
+    # the mock ranks the longer description first, and "t" is longer before and after
+    assert rows["specs"]["feedback"] == "rank 1 -> 1; new facts: 0.9 kg, 32GB"
+    assert rows["honest"]["feedback"] == "rank 1 -> 1"
     assert report["geo"]["fact_violation_rate"] == 0.75
 
 

@@ -215,7 +215,10 @@ def test_json_report_holds_aggregates_and_rows(geo_project: pytest.Pytester) -> 
     assert {k: row[k] for k in ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement", "error")} == {
         "query_id": "q1", "target_id": "p1", "rank_before": 3, "rank_after": 1, "rank_improvement": 2, "error": None,
     }
-    assert row["rewritten_description"].endswith("13-inch ultrabook, 980g, 16GB RAM, 512GB SSD.")
+    assert row["rewritten_description"] == (  # the E-GEO harness's mock rewrite
+        "Best for buyers who want a clear, reliable choice. 13-inch ultrabook, 980g, 16GB RAM, 512GB SSD. "
+        "Key specs are easy to scan, with differentiated value over typical alternatives."
+    )
     assert row["feedback"] == "rank 3 -> 1"
 
 

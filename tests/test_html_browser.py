@@ -50,6 +50,10 @@ def pytest_geo_make_client(config, settings):
     return OneBroken()
 '''
 
+# What the mock rewriter adds around the original description.
+MOCK_ADDITIONS = ["Best for buyers who want a clear, reliable choice. ",
+                  " Key specs are easy to scan, with differentiated value over typical alternatives."]
+
 
 def run_plugin(directory: Path, report: str, *args: str) -> None:
     env = {k: v for k, v in os.environ.items()
@@ -119,8 +123,8 @@ def test_rows_show_query_and_both_descriptions_with_the_changed_words_marked(pag
     assert cells.nth(3).inner_text() == rows[0]["query"]
     assert cells.nth(4).text_content() == rows[0]["original_description"]
     assert cells.nth(5).text_content() == rows[0]["rewritten_description"]
-    # the mock rewriter puts its signal in front: marked as added, nothing removed
-    assert first.locator("ins").all_text_contents() == ["Top match for your search. "]
+    # the mock rewriter (the E-GEO harness's) puts a line before and after: marked as added, nothing removed
+    assert first.locator("ins").all_text_contents() == MOCK_ADDITIONS
     assert first.locator("del").count() == 0
     assert [cells.nth(i).inner_text() for i in (6, 7, 8)] == ["3", "1", "2"]
     assert cells.nth(10).inner_text() == rows[0]["feedback"]
@@ -274,7 +278,7 @@ def test_one_rows_rewrites_side_by_side_across_variants(page: Any, variant_repor
     assert [side.nth(i).get_attribute("data-variant") for i in range(side.count())] == ["signal", "keep"]
     signal, keep = rows["rows.jsonl::q1[signal]"], rows["rows.jsonl::q1[keep]"]
     assert side.nth(0).locator("td").nth(4).text_content() == signal["rewritten_description"]
-    assert side.nth(0).locator("ins").all_text_contents() == ["Top match for your search. "]
+    assert side.nth(0).locator("ins").all_text_contents() == MOCK_ADDITIONS
     assert side.nth(1).locator("td").nth(4).text_content() == keep["rewritten_description"]
     assert side.nth(1).locator("ins, del").count() == 0  # kept as it was: nothing marked
     assert side.nth(0).locator("td").nth(3).inner_text() == f"{signal['rank_improvement']:g}"
@@ -283,3 +287,40 @@ def test_one_rows_rewrites_side_by_side_across_variants(page: Any, variant_repor
     assert page.locator("#variant-side b, #variant-side script").count() == 0
     assert page.evaluate("window.pwned") is None
     assert page.locator("#variant-query").inner_text() == HOSTILE["query"]
+
+
+@pytest.fixture(scope="module")
+def gated_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """gated.html: three smoke rows, two malformed lines (one hostile), a threshold it misses."""
+    directory = tmp_path_factory.mktemp("browser-gated")
+    copy_prompts(directory / "prompts")
+    lines = [*SMOKE.read_text(encoding="utf-8").splitlines()[:3], '{"query": "<b>x</b>", "candidates": []}', "nope"]
+    (directory / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    run_plugin(directory, "gated", "--geo-mock", "--geo-min-score", "rows.jsonl=2.5")
+    return directory
+
+
+def test_the_problems_section_lists_every_malformed_line_as_file_line_problem(page: Any, gated_report: Path) -> None:
+    open_report(page, gated_report / "gated.html")
+    assert page.locator("h2", has_text="Problems").count() == 1
+    assert page.locator("#problems li").all_inner_texts() == [
+        "rows.jsonl:4: fewer than 2 candidates (got 0)",
+        "rows.jsonl:5: invalid JSON: Expecting value at column 1",
+    ]
+    assert "2 malformed lines" in page.locator("p.meta").first.inner_text()
+
+
+def test_the_gates_section_shows_the_gate_its_score_threshold_and_why(page: Any, gated_report: Path) -> None:
+    open_report(page, gated_report / "gated.html")
+    assert page.locator("h2", has_text="Failed gates").count() == 1
+    cells = page.locator("table.gates tbody tr td").all_inner_texts()
+    assert cells == ["rows.jsonl::threshold", "2.0000", "threshold 2.5000",
+                     "score 2.0000 < 2.5000 (rows.jsonl::rank_improvement, n=3)"]
+    assert page.locator("table.gates td.bad").inner_text() == "2.0000"  # marked as failing
+
+
+def test_a_report_without_problems_or_gates_has_neither_section(page: Any, reports: Path) -> None:
+    open_report(page, reports / "report.html")
+    assert page.locator("h2", has_text="Problems").count() == 0
+    assert page.locator("h2", has_text="Failed gates").count() == 0

@@ -90,6 +90,7 @@ def test_two_files_declaring_one_suite_is_a_collection_error(geo_project: pytest
 def test_python_and_yaml_suite_with_one_name(geo_project: pytest.Pytester) -> None:
     geo_project.makefile(".geo.yaml", a=textwrap.dedent("""
         suite: s
+        procedure: builtins:str
         data:
           rows: [{input: 1, expected: 1}]
         metric: {builtin: exact_match, dataset: rows}

@@ -396,7 +396,8 @@ tone_eval.metric("exact_match")
 ''')
     (pytester.path / "eval").mkdir()
     (pytester.path / "eval" / "sq.geo.yaml").write_text(
-        "suite: square\nmarkers: [math]\ndata:\n  rows: rows.jsonl\nmetric:\n  builtin: exact_match\n  dataset: rows\n")
+        "suite: square\nprocedure: builtins:str\nmarkers: [math]\ndata:\n  rows: rows.jsonl\nmetric:\n  builtin: exact_match\n"
+        "  dataset: rows\n")
     result = pytester.runpytest("--markers")
     assert result.ret == 0
     result.stdout.fnmatch_lines_random(["@pytest.mark.tone: pytest-geo eval suite marker",

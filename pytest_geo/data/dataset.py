@@ -102,7 +102,9 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
         if error.instance is None:
             return f"{where}: expected {error.validator_value}, got null"
         got = type(error.instance).__name__
-        return f"{where}: expected {error.validator_value}, got {got} {shorten(json.dumps(error.instance), 40)}"
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return f"{where}: expected {expected}, got {got} {shorten(json.dumps(error.instance), 40)}"
     if error.validator == "minLength" and error.instance == "":
         return f"{where}: must not be empty"
     if error.validator == "pattern" and isinstance(error.instance, str) and not error.instance.strip():
@@ -113,17 +115,19 @@ def _schema_problem(error: jsonschema.ValidationError) -> str:
 
 
 class TargetChooser:
-    """The E-GEO harness's rule for a missing target_id: one `random.Random(seed)` for
-    the whole file, consumed in file order by `rng.choice(candidates)` for each valid row
-    without a target_id (malformed lines consume nothing). So the same file and seed give
-    the harness's targets, and the whole file must be read in order, at collection, for
-    `-k`, `--deselect` and xdist not to change them."""
+    """The E-GEO harness's rule for a missing target_id (absent, null or ""): one
+    `random.Random(seed)` for the whole file, consumed in file order by
+    `rng.choice(candidates)` for each line without a target_id that has candidates, as
+    the harness draws for it. A line rejected here still takes its draw, so every later
+    row gets the target the harness gives it. The whole file must be read in order, at
+    collection, for `-k`, `--deselect` and xdist not to change them."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)  # an int seed: the same in every process (no hash())
 
-    def __call__(self, candidate_ids: list[str]) -> str:
-        return self.rng.choice(candidate_ids)
+    def __call__(self, count: int) -> int:
+        """The index drawn among `count` candidates (`choice` draws by the length only)."""
+        return self.rng.choice(range(count))
 
 
 class DuplicateKey(ValueError):
@@ -139,9 +143,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]], str]) -> DatasetLine | None:
-    """One physical line -> a row, a problem, or None for a blank line; `choose` picks a
-    missing target (called only for a valid row without one)."""
+def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]) -> DatasetLine | None:
+    """One physical line -> a row, a problem, or None for a blank line; `choose` draws a
+    missing target's index (called for every JSON line the harness draws for, valid or not)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -178,6 +182,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
         return RowProblem(
             path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string"
         )
+    drawn = _draw(obj, choose)
     query_id = _query_id(obj)
     error = None if _plainly_valid(obj) else first_error("geo_row.schema.json", obj)
     if error is not None:
@@ -189,7 +194,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
-    target = obj.get("target_id")
+    target = obj.get("target_id") or None  # null and "" are absent, as in the harness
     if target is not None and target not in ids:
         return RowProblem(
             path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
@@ -199,7 +204,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[list[str]]
         line=line_no,
         query=obj["query"],
         candidates=tuple(Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]),
-        target_id=target if target is not None else choose(ids),
+        target_id=target if target is not None else ids[drawn or 0],  # drawn: set when target is None
         query_id=query_id,
         target_was_chosen=target is None,
     )
@@ -212,15 +217,26 @@ def _padded_id(where: str, value: str) -> str:
     return f"{where}: {shorten(repr(value), 40)} begins or ends with whitespace, which answers cannot keep"
 
 
+def _draw(obj: Any, choose: Callable[[int], int]) -> int | None:
+    """The harness's draw for this line: an object without a target_id (absent, null or
+    "") whose candidates are a non-empty array; None for a line it draws nothing for."""
+    if not isinstance(obj, dict) or obj.get("target_id") not in (None, ""):
+        return None
+    candidates = obj.get("candidates")
+    return choose(len(candidates)) if isinstance(candidates, list) and candidates else None
+
+
 def _plainly_valid(obj: Any) -> bool:
     """The schema's rules for the common case, checked directly; anything this does not
     accept goes through jsonschema, which finds and words the problem. A fast path only:
     it never accepts a row the schema rejects."""
     if not isinstance(obj, dict) or not isinstance(obj.get("query"), str) or not obj["query"]:
         return False
-    for key in ("query_id", "id", "target_id"):
+    for key in ("query_id", "id"):
         if key in obj and not (isinstance(obj[key], str) and obj[key]):
             return False
+    if obj.get("target_id") is not None and not isinstance(obj["target_id"], str):
+        return False
     candidates = obj.get("candidates")
     if not isinstance(candidates, list) or len(candidates) < 2:
         return False

@@ -1,45 +1,77 @@
 """A deterministic offline model for every role: no network, no key.
 
 It answers in the same JSON the prompts ask for, so answers still go through the real
-parsing and validation. As in the E-GEO harness, the mock rewriter adds a ranking signal
-that the mock ranker rewards: results verify the pipeline, not model quality.
+parsing and validation. Its ranker and rewriter are the E-GEO harness's mock
+(`GEO_EVAL_MOCK=1`): the rewriter adds the "Best for" line the ranker rewards, so results
+verify the pipeline, not model quality, and match the harness's row for row.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 
-SIGNAL = "Top match for your search."
-WORD = re.compile(r"[a-z0-9]+")
+# The E-GEO harness's mock (llm_client.MockClient), reproduced so that its CI numbers come
+# out of egeo and the plugin: the ranker puts descriptions holding "Best for" first, then
+# longer ones, then greater ids; the rewriter adds a "Best for" line and a closing line.
+MARKER = "best for"
+REWRITE_OPENING = "Best for buyers who want a clear, reliable choice."
+REWRITE_CLOSING = "Key specs are easy to scan, with differentiated value over typical alternatives."
+EMPTY_ORIGINAL = "Product details."
+# The line after the candidates in the harness's ranker_user.txt. Its mock reads each
+# description back out of the prompt, up to the next candidate, so the last candidate's
+# description, as it measures it, ends with this line.
+RANKER_CLOSING = "Return ONLY JSON."
 
 
-def words(text: str) -> set[str]:
-    return set(WORD.findall(text.lower()))
+def seen_description(description: str, last: bool = False) -> str:
+    """A description as the harness's mock ranker reads it from the harness's ranker
+    prompt: each line indented by two spaces, the whole stripped; a line starting with
+    `title:` stops the reading until one starting with `description:` resumes it."""
+    lines = [f"  {line}" for line in description.splitlines()] or ["  "]
+    kept: list[str] = []
+    reading = True
+    for line in (*lines, "", *([RANKER_CLOSING] if last else [])):
+        stripped = line.strip()
+        if stripped.startswith("title:"):
+            reading = False
+        elif stripped.startswith("description:"):
+            reading = True
+        elif reading:
+            kept.append(line)
+    return "\n".join(kept).strip()
 
 
 def ranker_order(context: Mapping[str, Any]) -> list[str]:
-    """Candidates with the signal first, then by words shared with the query; ties keep
-    the listed order."""
-    query = words(str(context.get("query", "")))
+    """The candidates best first: "Best for" in the description (any case), then the
+    longer description, then the greater id (string order)."""
     candidates = list(context.get("candidates", ()))
 
-    def key(indexed: tuple[int, Mapping[str, str]]) -> tuple[int, int, int]:
+    def key(indexed: tuple[int, Mapping[str, str]]) -> tuple[bool, int, str]:
         index, c = indexed
-        text = f"{c.get('title', '')} {c.get('description', '')}"
-        return (0 if SIGNAL in text else 1, -len(query & words(text)), index)
+        seen = seen_description(str(c.get("description", "")), last=index == len(candidates) - 1)
+        return (MARKER in seen.lower(), len(seen), str(c.get("id")))
 
-    return [str(c.get("id")) for _, c in sorted(enumerate(candidates), key=key)]
+    return [str(c.get("id")) for _, c in sorted(enumerate(candidates), key=key, reverse=True)]
 
 
 def rewrite(context: Mapping[str, Any]) -> str:
-    description = str(context.get("description", ""))
-    return description if description.startswith(SIGNAL) else f"{SIGNAL} {description}"
+    """The original between a "Best for" line and a closing line. As the harness's mock
+    reads the description from its rewriter prompt, a line starting with `description:`
+    is left out and one starting with `return only json` ends it (any case)."""
+    kept: list[str] = []
+    for line in str(context.get("description", "")).splitlines():
+        lowered = line.strip().lower()
+        if lowered.startswith("return only json"):
+            break
+        if not lowered.startswith("description:"):
+            kept.append(line)
+    original = "\n".join(kept).strip() or EMPTY_ORIGINAL
+    return f"{REWRITE_OPENING} {original} {REWRITE_CLOSING}"
 
 
 # What the mock optimizer may add to a template, one instruction per proposal.

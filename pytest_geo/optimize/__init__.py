@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.optimize.run import OptimizeOptions
 from pytest_geo.optimize.search import OptimizeError
@@ -10,9 +12,10 @@ from pytest_geo.settings import Settings
 __all__ = ["OptimizeError", "OptimizeOptions", "optimize_prompts"]
 
 
-def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
-    """The `egeo optimize-prompts` command: a suites file's prompt procedures, or the GEO
-    rewriter prompt over --train/--val rows; returns the exit status."""
+def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> dict[str, Any]:
+    """The `egeo optimize` command: a suites file's prompt procedures, or the GEO
+    rewriter prompt over --train/--val rows; returns the JSON it prints (the E-GEO
+    harness's result; with --suites, one per procedure by its name)."""
     if options.suites is not None:
         from pytest_geo.optimize.suite_task import optimize_suite_prompts
 

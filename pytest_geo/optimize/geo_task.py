@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, iter_dataset, split_lines
 from pytest_geo.engine.experiment import GeoEngine
@@ -89,8 +90,9 @@ def load_examples(path: Path, split: str, seed: int) -> list[Example]:
     return [Example(split, row_key(row), row.label, row) for row in rows]
 
 
-def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
-    """`egeo optimize-prompts --train --val`; returns the exit status."""
+def optimize_prompts(settings: Settings, options: OptimizeOptions,
+                     client: ChatClient | None = None) -> dict[str, Any]:
+    """`egeo optimize --train --val`; returns the harness's result JSON."""
     assert options.train is not None and options.val is not None
     prompts_dir = Path(settings.prompts_dir)
     if is_packaged(prompts_dir):

@@ -35,10 +35,10 @@ from pytest_geo.templates import PromptError
 class OptimizeOptions:
     train: Path | None = None
     val: Path | None = None
-    iters: int = 3
+    iters: int = 5
     max_metric_calls: int | None = None
     apply: bool = False
-    out: TextIO | None = None  # default: sys.stdout at call time
+    out: TextIO | None = None  # the prose; default: sys.stderr at call time (stdout: the JSON)
     suites: Path | None = None  # optimize the prompt procedures of a suites file instead
 
 
@@ -91,10 +91,11 @@ def search_and_write(
     options: OptimizeOptions,
     outputs: Outputs,
     sources: Mapping[str, str],
-) -> int:
+) -> dict[str, Any]:
     """Search, then write the candidate and its scores (and with --apply the working
-    template): nothing is written before the search is over."""
-    out = options.out or sys.stdout
+    template): nothing is written before the search is over. Returns the result as the
+    E-GEO harness's `optimize` prints it (see `harness_result`)."""
+    out = options.out or sys.stderr
     settings = geo.settings
     original = outputs.working.read_bytes() if outputs.working is not None else None
     budget = "none" if options.max_metric_calls is None else str(options.max_metric_calls)
@@ -191,4 +192,26 @@ def search_and_write(
         unchanged = f"; {working} unchanged" if working is not None else ""
         print(f"wrote {outputs.candidate} and {outputs.scores}{unchanged}", file=out)
     out.flush()
-    return 0
+    saved_to = working if applied and working is not None else outputs.candidate
+    return harness_result(best.index, best.template, best.summary, len(result.candidates), applied, saved_to,
+                          {"scores_to": str(outputs.scores), **scores})
+
+
+APPLIED_HINT = "Optimized prompt applied to the working prompt file."
+CANDIDATE_HINT = ("Optimized prompt written to candidate file; re-run with --apply to overwrite "
+                  "the working prompt.")
+
+
+def harness_result(index: int, template: str, validation: Mapping[str, Any], history_len: int, applied: bool,
+                   saved_to: Path, ours: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON the E-GEO harness's `optimize` prints: `best` is the chosen prompt (`iter`
+    its candidate number, 0 the current prompt) with its validation summary,
+    `history_len` the prompts scored; our own keys follow, never replacing these."""
+    harness = {
+        "applied": applied,
+        "best": {"iter": index, "prompt": template, "val": dict(validation)},
+        "history_len": history_len,
+        "saved_to": str(saved_to),
+        "hint": APPLIED_HINT if applied else CANDIDATE_HINT,
+    }
+    return {**{k: v for k, v in ours.items() if k not in harness}, **harness}

@@ -108,10 +108,11 @@ def _suite_examples(suite: Suite, metric: Metric, spec: Any, split: str, seed: i
     ]
 
 
-def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> int:
+def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
+                           client: ChatClient | None = None) -> dict[str, Any]:
     """Kedi's rule: every prompt procedure marked `optimize=True` needs a same-named eval
     suite; its `data` drives the proposals and its `test_data` chooses the best (its
-    `data` again when it has none)."""
+    `data` again when it has none). Returns each procedure's result JSON by its name."""
     assert options.suites is not None
     module = load_suites_file(options.suites)
     procedures = [p for p in vars(module).values() if isinstance(p, PromptProcedure) and p.optimize]
@@ -126,6 +127,7 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client:
             )
     counter = counted_client(settings, client)
     geo = GeoSession(settings, build_stack(settings, counter))
+    results: dict[str, Any] = {}
     try:
         for procedure in procedures:
             suite = suites[procedure.name]
@@ -151,7 +153,7 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client:
                 outputs = Outputs(None, Path(f"{base}.candidate.txt"), Path(f"{base}.optimized_scores.json"))
             meta = reflection(geo.engine, Path(settings.prompts_dir), sorted(placeholders(procedure.template)), ())
             which = "test_data" if metric.dataset in suite.test_data else "data (no test_data)"
-            search_and_write(
+            results[procedure.name] = search_and_write(
                 SuitePromptTask(procedure, suite, metric, geo),
                 procedure.template,
                 train,
@@ -165,4 +167,4 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions, client:
             )
     finally:
         geo.close()
-    return 0
+    return results

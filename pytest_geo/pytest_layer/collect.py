@@ -108,6 +108,10 @@ class SuiteCollector(pytest.Collector):
             self.add_marker(marker)
         self.add_marker("geo")
         common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold}
+        if metric.dataset_free:  # Kedi's legacy form: no rows, the metric runs once
+            yield SuiteItem.from_parent(self, name="once", metric=metric, split="train", index=0, value=None,
+                                        expected=None, **common)
+            return
         for split, spec in splits:
             try:
                 rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,

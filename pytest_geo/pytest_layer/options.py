@@ -33,6 +33,7 @@ from pytest_geo.settings import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_MODELS,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
     LOCAL_MAX_CONCURRENCY,
@@ -46,6 +47,7 @@ from pytest_geo.settings import (
     SettingError,
     Settings,
     build_settings,
+    connection_help,
     find_prompts_dir,
 )
 
@@ -73,7 +75,7 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 
 
 def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("geo", "LLM prompt evaluation (pytest-geo)")
+    group = parser.getgroup("geo", f"LLM prompt evaluation (pytest-geo; {connection_help('--geo-')})")
     group.addoption("--geo-dataset", action="append", default=[], metavar="PATH",
                     help="GEO JSONL dataset to evaluate; repeatable. Without positional arguments the run is "
                          "the named datasets (testpaths are not collected); the project's rootdir, prompts and "
@@ -90,7 +92,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="write the JSON report (aggregates and one record per row) to PATH.")
     for role in ROLES:
         group.addoption(f"--geo-{role}-model", metavar="MODEL", default=None,
-                        help=f"model for the {role} role (ini: geo_{role}_model; env: {MODEL_ENV[role]}).")
+                        help=f"model for the {role} role (ini: geo_{role}_model; env: {MODEL_ENV[role]}; "
+                             f"default: {DEFAULT_MODELS[role]}).")
     group.addoption("--geo-temperature", type=temperature, default=None, metavar="T",
                     help="sampling temperature for every call (ini: geo_temperature; default: 0, and none "
                          "for reasoning models such as o3 and gpt-5-mini, which take only their own).")
@@ -103,7 +106,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "(default) falls back to plain answers, once and said in the summary, when the server "
                          "refuses it; on makes that refusal fail the run; off never asks (ini: geo_structured).")
     group.addoption("--geo-base-url", metavar="URL", default=None,
-                    help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL).")
+                    help="OpenAI-compatible server (ini: geo_base_url; env: OPENAI_BASE_URL; default: the "
+                         "OpenAI API); its key comes from OPENAI_API_KEY.")
     group.addoption("--geo-timeout", type=positive_float, default=None, metavar="SECONDS",
                     help=f"timeout for each model call (ini: geo_timeout; env: {TIMEOUT_ENV}; default: "
                          f"{DEFAULT_TIMEOUT:g}, {LOCAL_TIMEOUT:g} for a server on this machine or a private "

@@ -19,9 +19,13 @@ BUDGET_GATE = "pytest-geo::budget"
 class GateFailure:
     nodeid: str  # `<suite>::threshold`, `<suite>::regression`, `<suite>::error_rate`
     message: str  # one line: why the gate failed
+    gate: str = ""  # threshold, error_rate, regression, model_server, budget
+    score: float | None = None  # the figure the gate judged (the score, the error rate)
+    limit: str = ""  # what it was held to: "threshold 0.5000", "baseline 0.7500", ...
 
     def as_json(self) -> dict[str, Any]:
-        return {"nodeid": self.nodeid, "message": self.message}
+        return {"nodeid": self.nodeid, "message": self.message, "gate": self.gate, "score": self.score,
+                "limit": self.limit}
 
 
 def gate_nodeid(results: Results, suite: str, split: str, gate: str) -> str:
@@ -39,20 +43,24 @@ def error_rate_failed(suite: SuiteResult, max_error_rate: float | None) -> bool:
 def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate: float | None) -> list[GateFailure]:
     failures = []
     if results.stopped is not None:
-        failures.append(GateFailure(MODEL_SERVER_GATE, f"{results.stopped}; {results.not_run} row(s) not run"))
+        failures.append(GateFailure(MODEL_SERVER_GATE, f"{results.stopped}; {results.not_run} row(s) not run",
+                                    "model_server"))
     if results.budget_reached is not None:
-        failures.append(GateFailure(BUDGET_GATE, f"{results.budget_reached}; {results.not_run} row(s) not run"))
+        failures.append(GateFailure(BUDGET_GATE, f"{results.budget_reached}; {results.not_run} row(s) not run",
+                                    "budget"))
     for suite in results.suites():
         if suite.below_threshold:
             failures.append(GateFailure(
                 gate_nodeid(results, suite.suite, suite.split, "threshold"),
                 f"score {suite.summary.mean:.4f} < {suite.threshold:.4f} ({suite.label}, n={suite.summary.n})",
+                "threshold", suite.summary.mean, f"threshold {suite.threshold:.4f}",
             ))
         if error_rate_failed(suite, max_error_rate):
             failures.append(GateFailure(
                 gate_nodeid(results, suite.suite, suite.split, "error_rate"),
                 f"error_rate {suite.error_rate:.4f} > {max_error_rate:.4f} "
                 f"({suite.errors} of {suite.summary.n} rows errored)",
+                "error_rate", suite.error_rate, f"max error rate {max_error_rate:.4f}",
             ))
     if fail_on_regression:
         for c in results.regressions():
@@ -61,6 +69,8 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
                     gate_nodeid(results, c.suite, c.split, "regression"),
                     "dropped against the baseline: the sequential test decided the baseline better"
                     + (f" (mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows)" if c.paired else ""),
+                    "regression", c.score,
+                    "baseline" + ("" if c.baseline_score is None else f" {c.baseline_score:.4f}"),
                 ))
                 continue
             assert c.paired is not None  # a regression is a paired result
@@ -68,5 +78,7 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
                 gate_nodeid(results, c.suite, c.split, "regression"),
                 f"dropped against the baseline: mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows, "
                 f"sign_test_p={format_p(c.paired.sign_test_p)} < 0.05",
+                "regression", c.score,
+                "baseline" + ("" if c.baseline_score is None else f" {c.baseline_score:.4f}"),
             ))
     return failures

@@ -57,6 +57,7 @@ tr.detail>td{background:#fafafa}
 .transcript pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.35 ui-monospace,monospace}
 .controls{display:flex;gap:16px;align-items:center;margin:8px 0}
 .bad{color:#b00020}.meta{color:#555}.good{color:#1b7f3b;font-weight:600}
+ul.problems code{white-space:pre-wrap;word-break:break-word}
 .banner{background:#fde7e9;border:1px solid #b00020;padding:.5em}
 h3{font-size:14px;margin:16px 0 4px}
 .figures{display:flex;flex-wrap:wrap;gap:24px}
@@ -236,6 +237,32 @@ def rows_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+def problems_section(report: Mapping[str, Any]) -> list[str]:
+    """Every malformed line as `file:line: problem`, the way the terminal shows it."""
+    problems = report.get("problems") or []
+    if not problems:
+        return []
+    items = "\n".join(
+        f"<li><code>{escape(str(p.get('dataset', '')))}:{escape(str(p.get('line', '')))}: "
+        f"{escape(str(p.get('problem', '')))}</code></li>"
+        for p in problems
+    )
+    return [f'<h2>Problems</h2><p class="meta">{len(problems)} malformed line{"s" if len(problems) != 1 else ""}; '
+            "each is a failed test of its own and scores nothing.</p>",
+            f'<ul class="problems" id="problems">\n{items}\n</ul>']
+
+
+def gates_section(report: Mapping[str, Any]) -> list[str]:
+    """The gates that failed the run: which, the figure judged, what it was held to, why."""
+    gates = report.get("gates") or []
+    if not gates:
+        return []
+    rows = ([_cell(g.get("nodeid")), _cell(g.get("score"), "num bad", _fixed()), _cell(g.get("limit")),
+             _cell(g.get("message"), "text")] for g in gates)
+    return ['<h2>Failed gates</h2><p class="meta">Each is a failed test with this node id, and fails the run.</p>',
+            _table(("gate", "score", "threshold or baseline", "why it failed"), rows, "gates")]
+
+
 def _usage_table(report: Mapping[str, Any]) -> str:
     """Calls, tokens and dollars per role (a role whose model has no price shows tokens
     only), then the total."""
@@ -305,6 +332,8 @@ def render_html(report: Mapping[str, Any]) -> str:
             _suite_rows(report),
             "suites",
         ),
+        *gates_section(report),
+        *problems_section(report),
     ]
     if report.get("usage"):
         parts += ["<h2>Model usage and cost</h2>", _usage_table(report)]

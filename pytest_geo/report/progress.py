@@ -3,12 +3,14 @@ stderr):
 
     geo: 31/80 rows done, eta 42s, 16 in flight, 1 error, 2 retries, 41.2k tokens, $0.01230
 
-It shows only while the main thread waits for a row (a row holding back pytest's
-output), and is gone before anything else is written. On a terminal it is one line
-redrawn in place at most twice a second, the way pytest redraws `collecting ...`: when
-the cursor is mid-line (pytest's progress dots) it goes on the line below and, once the
-row is in, is erased and the cursor put back where pytest left it. Elsewhere (CI logs)
-it is a plain line, at most one every `PLAIN_EVERY` seconds.
+It shows while the main thread waits for a row (a row holding back pytest's output) once
+the run has lasted `SHOW_AFTER` seconds, or sooner when one row holds the output back
+for `TICK`; so a long run of short calls shows it too. On a terminal it is one line,
+its figures refreshed at most twice a second, gone before anything else is written, the
+way pytest redraws `collecting ...`: when the cursor is mid-line (pytest's progress dots)
+it goes on the line below and, once the row is in, is erased and the cursor put back
+where pytest left it. Elsewhere (CI logs) it is a plain line, the first after
+`SHOW_AFTER` seconds, then at most one every `PLAIN_EVERY` seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pytest_geo.llm.prices import format_dollars
 if TYPE_CHECKING:
     from pytest_geo.engine.progress import Snapshot
 
-TICK = 0.5  # at most two redraws a second
+TICK = 0.5  # at most two refreshes a second
+SHOW_AFTER = 2.0  # seconds into the run before the line shows at every wait
 PLAIN_EVERY = 10.0  # seconds between plain lines
 
 CLEAR_TO_END = "\x1b[K"
@@ -79,7 +82,9 @@ class ProgressDisplay:
         self.output = output
         self.tty = tty
         self.clock = clock
-        self.last_plain = clock()  # the first plain line comes PLAIN_EVERY after the start
+        self.started = clock()
+        self.last_plain: float | None = None  # when the last plain line was printed
+        self._text: tuple[float, str] | None = None  # the terminal line's text and when it was made
         self._below: int | None = None  # on a terminal, while drawn: the column to return to
 
     def wait(self, future: concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
@@ -88,19 +93,24 @@ class ProgressDisplay:
         if future.done():  # the common case once rows run ahead: nothing to show, no waiter to build
             return
         try:
+            if self.clock() - self.started >= SHOW_AFTER:
+                self._show(text)
             while not concurrent.futures.wait([future], timeout=TICK).done:
                 self._show(text)
         finally:
             self.clear()
 
     def _show(self, text: Callable[[], str]) -> None:
+        now = self.clock()
         if not self.tty:
-            now = self.clock()
-            if now - self.last_plain >= PLAIN_EVERY:
+            due = self.started + SHOW_AFTER if self.last_plain is None else self.last_plain + PLAIN_EVERY
+            if now >= due:
                 self.last_plain = now
                 self.output.line(text())
             return
-        line = text()[: max(self.output.width() - 1, 10)]  # never wraps, so one erase clears it
+        if self._text is None or now - self._text[0] >= TICK:
+            self._text = (now, text()[: max(self.output.width() - 1, 10)])  # never wraps: one erase clears it
+        line = self._text[1]
         if self._below is None:
             self._below = self.output.column()
             self.output.write_raw(("\n\r" if self._below else "\r") + line + CLEAR_TO_END)

@@ -23,6 +23,7 @@ from pytest_geo.data.dataset import (
 )
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
+from pytest_geo.suites.procedures import PromptProcedure
 
 Row = tuple[Any, Any]
 MAX_PYTHON_ROWS = 100_000  # one pytest item each
@@ -38,12 +39,18 @@ class SuiteError(Exception):
 @dataclass(frozen=True)
 class Metric:
     name: str
-    dataset: str
+    dataset: str  # "" for a dataset-free metric
     fn: MetricFn | None  # None for the built-in GEO rank experiment
 
     @property
     def is_geo(self) -> bool:
         return self.fn is None
+
+    @property
+    def dataset_free(self) -> bool:
+        """Kedi's legacy form: a metric without a dataset parameter, run once; its
+        result is the suite's score."""
+        return self.fn is not None and not self.dataset
 
 
 def exact_match(output: Any, expected: Any) -> bool:
@@ -94,7 +101,7 @@ class Suite:
         if isinstance(fn, str):
             self.metrics.append(self._builtin(fn, dataset))
             return fn
-        self.metrics.append(Metric(name or fn.__name__, dataset or _first_parameter(fn, self.name), fn))
+        self.metrics.append(Metric(name or fn.__name__, dataset or _first_parameter(fn), fn))
         return fn
 
     def _builtin(self, metric_name: str, dataset: str | None) -> Metric:
@@ -132,6 +139,8 @@ class Suite:
         ):
             # NaN compares false with every score: a NaN threshold would never fail.
             raise SuiteError(f"suite {self.name!r}: threshold must be a finite number, got {self.threshold!r}")
+        if metric.dataset_free:
+            return metric
         if metric.dataset not in self.data and metric.dataset not in self.test_data:
             defined = ", ".join(sorted({*self.data, *self.test_data})) or "none"
             raise SuiteError(
@@ -153,14 +162,13 @@ class Suite:
         return test or train
 
 
-def _first_parameter(fn: MetricFn, suite_name: str) -> str:
+def _first_parameter(fn: MetricFn) -> str:
+    """The dataset a metric names; "" for one without parameters (the legacy form)."""
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         params = []
-    if not params:
-        raise SuiteError(f"suite {suite_name!r}: metric {getattr(fn, '__name__', fn)!r} takes no dataset parameter")
-    return params[0]
+    return params[0] if params else ""
 
 
 def suite(
@@ -175,7 +183,12 @@ def suite(
 ) -> Suite:
     """Declare an eval suite named after the procedure it scores (a name or the callable)."""
     procedure = None if isinstance(name, str) else name
-    suite_name = name if isinstance(name, str) else getattr(name, "__name__", "")
+    if isinstance(name, str):
+        suite_name = name
+    elif isinstance(name, PromptProcedure):  # named by `prompt(name, ...)`, not by a def
+        suite_name = name.name
+    else:
+        suite_name = getattr(name, "__name__", "")
     if not suite_name.isidentifier() or keyword.iskeyword(suite_name):
         raise SuiteError(f"suite name {suite_name!r} must be a Python identifier (it is the procedure's name)")
     caller = inspect.stack(0)[1].filename
@@ -194,9 +207,11 @@ def suite(
 
 
 def score_row(metric: Metric, value: Any, expected: Any) -> Any:
-    """Call the metric with fresh bindings for one row: (input, expected), or input alone
-    for a one-parameter metric."""
+    """Call the metric with fresh bindings for one row: (input, expected), input alone
+    for a one-parameter metric, nothing for a dataset-free one."""
     assert metric.fn is not None
+    if metric.dataset_free:
+        return metric.fn()
     try:
         arity = len(inspect.signature(metric.fn).parameters)
     except (TypeError, ValueError):

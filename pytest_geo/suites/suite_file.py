@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_geo.data.files import open_regular
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.data.schemas import error_path, validator
-from pytest_geo.suites.suite import Suite, SuiteError
+from pytest_geo.suites.suite import OUTPUT_METRICS, Suite, SuiteError
 from pytest_geo.text import shorten
 
 if TYPE_CHECKING:
@@ -83,6 +83,12 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
     if errors:
         error = jsonschema.exceptions.best_match(errors)
         raise SuiteFileError(f"{shown}: {_field(error)}: {_problem(error)}")
+    builtin = doc["metric"].get("builtin")
+    if builtin in OUTPUT_METRICS and "procedure" not in doc:
+        raise SuiteFileError(
+            f"{shown}: procedure: missing: metric {builtin!r} compares the procedure's output with each "
+            "row's expected value; add `procedure: module:function`"
+        )
     procedure = import_object(doc["procedure"], shown, "procedure") if "procedure" in doc else None
     declared = Suite(
         name=doc["suite"],
