@@ -153,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--html", type=Path, default=None, metavar="PATH",
                           help="write the self-contained HTML report to PATH")
     evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",
-                          help="the status line on stderr while rows run: redrawn on a terminal, a plain "
-                               "line at most every 10 s elsewhere (default: auto)")
+                          help="the status line on stderr while rows run, from 2 s into the run: redrawn on "
+                               "a terminal, a plain line at most every 10 s elsewhere (default: auto)")
     evaluate.add_argument("--budget", type=dollars, default=None, metavar="DOLLARS",
                           help="spend at most DOLLARS on model calls at list prices: each call reserves its worst "
                           "case before it is sent; a call that would cross the budget is not sent, and the rows "

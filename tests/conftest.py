@@ -83,14 +83,15 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 
 def geo_rows(n: int) -> list[dict[str, Any]]:
     """Rows whose target starts last of three and, with the mock logic (the E-GEO
-    harness's: "Best for" first, then the longer description), ends first: its
-    description is the shortest, and it is not listed last (the harness's mock counts the
-    ranker prompt's closing line into the last description)."""
+    harness's: "Best for" first, then the longer description), ends first, in any order
+    of the candidates: its description is 20+ characters shorter than the others (the
+    harness's mock counts the ranker prompt's 19-character closing line into the last)."""
     return [
         {"query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
-         "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                        {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"},
-                        {"id": f"b{i}", "title": "Kettle", "description": "a kettle with a long cord"}]}
+         "candidates": [{"id": f"a{i}", "title": "Red kettle",
+                         "description": f"red kettle number {i} with a matt finish and a base"},
+                        {"id": f"b{i}", "title": "Kettle", "description": "a kettle with a long cord and a steel base"},
+                        {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}
         for i in range(n)
     ]
 

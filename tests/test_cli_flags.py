@@ -104,6 +104,7 @@ def test_progress_on_stderr_keeps_stdout_the_metrics(workdir: Path, fake_openai:
                                                      capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
     fake_openai.latency = 0.35
     assert evaluate("--base-url", fake_openai.url, "--limit", "2", "--concurrency", "1") == 0
     out, err = capsys.readouterr()

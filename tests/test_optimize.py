@@ -19,7 +19,7 @@ from conftest import copy_prompts
 from pytest_geo import cli
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
-from pytest_geo.llm.mock import INSTRUCTIONS, SIGNAL, MockClient
+from pytest_geo.llm.mock import INSTRUCTIONS, MockClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "eval" / "datasets" / "geo_smoke.jsonl"
@@ -104,8 +104,17 @@ def files(directory: Path) -> dict[str, bytes]:
 def test_default_writes_a_candidate_and_leaves_the_working_prompt(project, monkeypatch, capsys):
     before = project.working.read_bytes()
     code, _ = run(monkeypatch, project, "--iters", "2", client=Improving())
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.err  # the prose; stdout is the E-GEO harness's result JSON
     assert code == 0
+    result = json.loads(captured.out)
+    assert {k: result[k] for k in ("applied", "history_len", "saved_to", "hint")} == {
+        "applied": False, "history_len": 3, "saved_to": str(project.candidate),
+        "hint": "Optimized prompt written to candidate file; re-run with --apply to overwrite the working prompt.",
+    }
+    assert result["best"] == {"iter": 1, "prompt": project.candidate.read_text(encoding="utf-8"),
+                              "val": {"avg_rank_improvement": 2.0, "n": 8, "stderr_rank_improvement": 0.0,
+                                      "win_rate": 1.0}}
     assert project.working.read_bytes() == before
     candidate = project.candidate.read_text(encoding="utf-8")
     assert candidate != before.decode()
@@ -153,7 +162,7 @@ def test_a_proposal_that_breaks_the_placeholders_is_rejected_and_never_written(p
 
     before = project.working.read_bytes()
     code, client = run(monkeypatch, project, "--iters", "2", "--apply", client=BadOptimizer())
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 0
     assert project.working.read_bytes() == before
     assert project.candidate.read_bytes() == before
@@ -178,7 +187,7 @@ def test_the_budget_stops_the_search_and_keeps_the_best_so_far(project, monkeypa
     # 8 (current prompt on validation) + 3 + 3 (a minibatch, before and after) = 14;
     # validating the proposal would need 8 more, past 20.
     code, client = run(monkeypatch, project, "--iters", "10", "--max-metric-calls", "20")
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 0
     scores = json.loads(project.scores.read_text())
     assert scores["stopped"] == "max_metric_calls"
@@ -202,7 +211,8 @@ def test_rank_before_is_asked_once_per_row_and_reused_by_every_candidate(tmp_pat
     code, client = run(monkeypatch, project, "--iters", "3")
     assert code == 0
     rankings = [r for r in client.requests if r.role == "ranker"]
-    before = [r for r in rankings if not any(SIGNAL in c["description"] for c in r.context["candidates"])]
+    before = [r for r in rankings if not any(c["description"].startswith("Best for buyers")  # the mock's rewrite
+                                             for c in r.context["candidates"])]
     queries = [json.loads(line)["query"] for line in project.val.read_text().splitlines()]
     assert sorted(r.context["query"] for r in before) == sorted(queries)  # once per row, not per candidate
     assert client.count("rewriter") > 2 * len(queries)  # several candidates were scored
@@ -313,6 +323,6 @@ def test_an_interrupted_run_leaves_the_working_prompt_byte_identical(project, si
     assert files(project.prompts) == before  # nothing written, nothing left behind
     if signum == signal.SIGINT:
         assert proc.returncode == 130
-        assert err.strip() == "egeo: interrupted"
+        assert err.splitlines()[-1] == "egeo: interrupted" and out == ""  # no result JSON
     else:
         assert proc.returncode == -signal.SIGKILL

@@ -132,8 +132,12 @@ def test_optimizing_a_suite_prompt_is_non_destructive(suites_project: Path, monk
     assert scores["best_validation"] == {"score": 0.5, "win_rate": 0.5, "stderr": 0.5, "n": 2}
     assert scores["post_optimization_train"]["n"] == 2
     assert scores["val"] == "evals.py::headline test_data"
-    out = capsys.readouterr().out
-    assert "candidate 0 (current prompt): validation score=0.0000" in out
+    captured = capsys.readouterr()
+    assert "candidate 0 (current prompt): validation score=0.0000" in captured.err
+    result = json.loads(captured.out)["headline"]  # the harness's result JSON, per procedure
+    assert (result["applied"], result["best"]["prompt"], result["best"]["val"]) == (
+        False, candidate, {"score": 0.5, "win_rate": 0.5, "stderr": 0.5, "n": 2})
+    assert result["saved_to"] == str(suites_project / "headline.candidate.txt")
 
 
 def test_apply_replaces_the_procedures_template_file(suites_project: Path, monkeypatch) -> None:
@@ -147,7 +151,7 @@ def test_a_proposal_that_drops_a_placeholder_is_never_written(suites_project: Pa
     assert optimize_suites(monkeypatch, suites_project, "--apply", client=client) == 0
     assert (suites_project / "headline.txt").read_text() == "Write a headline for: {{input}}\n"
     assert (suites_project / "headline.candidate.txt").read_text() == "Write a headline for: {{input}}\n"
-    assert "rejected: headline: missing placeholder {{input}} that this procedure needs" in capsys.readouterr().out
+    assert "rejected: headline: missing placeholder {{input}} that this procedure needs" in capsys.readouterr().err
 
 
 def test_optimizable_procedure_needs_a_same_named_suite(suites_project: Path, monkeypatch, capsys) -> None:

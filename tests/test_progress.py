@@ -3,10 +3,12 @@ writes, so the final screen is pytest's own) and without one (plain lines, space
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,7 @@ def test_on_a_terminal_the_line_is_redrawn_and_leaves_pytests_screen_intact(
 def test_without_a_terminal_plain_lines_come_spaced_out(
         slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.6)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
     result = slow_server.run(str(slow_server.dataset(4)), "--geo-concurrency", "1", "--geo-no-cache")
     result.assert_outcomes(passed=4)
     status = [line for line in result.stdout.lines if STATUS.search(line)]
@@ -130,6 +133,7 @@ def test_without_a_terminal_plain_lines_come_spaced_out(
 def test_progress_modes(slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch, args: list[str],
                         shown: bool) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
     result = slow_server.run(str(slow_server.dataset(2)), "--geo-no-cache", *args)
     assert result.ret == 0
     assert any(STATUS.search(line) for line in result.stdout.lines) is shown
@@ -137,6 +141,7 @@ def test_progress_modes(slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch
 
 def test_progress_off_from_the_ini_file(slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
     slow_server.pytester.makeini("[pytest]\ngeo_progress = off\n")
     result = slow_server.run(str(slow_server.dataset(2)), "--geo-no-cache")
     assert result.ret == 0 and not any(STATUS.search(line) for line in result.stdout.lines)
@@ -203,4 +208,49 @@ def test_plain_lines_are_spaced_by_the_interval() -> None:
     for step in range(30):
         now[0] = step * 1.0
         display._show(lambda: f"at {now[0]:g}")
-    assert output.lines == ["at 10", "at 20"] and output.raw == ""
+    # the first once the run has lasted 2 s, then one every 10 s
+    assert output.lines == ["at 2", "at 12", "at 22"] and output.raw == ""
+
+
+def finishing_soon(seconds: float = 0.05) -> concurrent.futures.Future[None]:
+    """A row that holds the output back for far less than the 0.5 s tick."""
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    threading.Timer(seconds, future.set_result, (None,)).start()
+    return future
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_short_waits_show_the_line_once_the_run_has_lasted_two_seconds(tty: bool) -> None:
+    now = [0.0]
+    output = FakeOutput(0)
+    display = ProgressDisplay(output, tty=tty, clock=lambda: now[0])
+    now[0] = 1.5
+    display.wait(finishing_soon(), lambda: "geo: early")
+    assert output.raw == "" and output.lines == []  # a short wait early in the run: nothing
+    now[0] = 2.5
+    display.wait(finishing_soon(), lambda: "geo: later")
+    if tty:
+        assert render(output.raw) == [""] and "geo: later" in output.raw  # drawn, then erased
+    else:
+        assert output.lines == ["geo: later"]
+    display.wait(finishing_soon(), lambda: "geo: again")  # a plain line waits 10 s for the next
+    assert output.lines == ([] if tty else ["geo: later"])
+
+
+def test_a_run_of_short_calls_shows_the_line_in_a_log(served_project: GeoProject) -> None:
+    served_project.server.latency = 0.08  # a row takes ~0.2 s: never one tick's wait
+    result = served_project.run(str(served_project.dataset(16)), "--geo-concurrency", "1", "--geo-no-cache")
+    result.assert_outcomes(passed=16)
+    assert result.duration > 2.5
+    status = [line for line in result.stdout.lines if STATUS.search(line)]
+    assert status and all(line.startswith("geo: ") for line in status)
+
+
+def test_a_run_of_short_calls_shows_the_line_on_a_terminal(served_project: GeoProject) -> None:
+    served_project.server.latency = 0.08
+    dataset = served_project.dataset(16)
+    shown = run_in_pty([str(dataset), "--geo-base-url", served_project.server.url, "--geo-no-cache",
+                        "--geo-concurrency", "1", "-p", "no:cacheprovider", "-p", "no:xdist"],
+                       served_project.pytester.path)
+    assert STATUS.search(shown)
+    assert "16 passed" in screen_without_timing(shown)[-1]  # and gone from the final screen

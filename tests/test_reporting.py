@@ -130,7 +130,7 @@ def pytest_geo_make_client(config, settings):
 POSITION_CONFTEST = '''
 import json
 from pytest_geo.llm.base import ChatResponse
-from pytest_geo.llm.mock import SIGNAL, MockClient
+from pytest_geo.llm.mock import MockClient
 
 class PositionBiased(MockClient):
     """Ranks in the listed order, except a rewritten target goes first."""
@@ -138,7 +138,7 @@ class PositionBiased(MockClient):
         if request.role != "ranker":
             return await super().complete(request)
         ids = [c["id"] for c in request.context["candidates"]]
-        first = [c["id"] for c in request.context["candidates"] if SIGNAL in c["description"]]
+        first = [c["id"] for c in request.context["candidates"] if c["description"].startswith("Best for buyers")]
         return ChatResponse(text=json.dumps({"ordered_ids": first + [i for i in ids if i not in first]}))
 
 def pytest_geo_make_client(config, settings):
@@ -327,7 +327,8 @@ def test_html_report_is_self_contained_well_formed_and_escaped(geo_project: pyte
     hostile_row = next(r for r in rows if r["id"].endswith("x1"))
     # the hostile description reaches the viewer intact, as data: the script sets it as text
     assert "".join(text for op, text in hostile_row["diff"] if op >= 0) == \
-        "Top match for your search. </td><script>alert(1)</script>&amp;"
+        "Best for buyers who want a clear, reliable choice. </td><script>alert(1)</script>&amp; Key specs are easy to "\
+        "scan, with differentiated value over typical alternatives."
     figures = {attrs.get("data-figure") for tag, attrs in checker.tags if tag == "svg"}
     assert figures == {"histogram", "before-after"}
     bars = [attrs for tag, attrs in checker.tags if tag == "rect" and attrs.get("height") not in (None, "10", "0.0")]

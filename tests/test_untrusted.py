@@ -10,7 +10,6 @@ import pytest
 from conftest import copy_prompts
 from pytest_geo.engine.answers import parse_ranking, parse_rewrite
 from pytest_geo.engine.prompts import load_prompts
-from pytest_geo.llm.mock import SIGNAL
 from pytest_geo.templates import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,7 +93,9 @@ def test_a_mock_run_over_hostile_candidates(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json")
     result.assert_outcomes(passed=len(HOSTILE))
     report = json.loads((pytester.path / "report.json").read_text())
-    assert [r["rewritten_description"] for r in report["rows"]] == [f"{SIGNAL} {t}".strip() for t in HOSTILE]
+    assert [r["rewritten_description"] for r in report["rows"]] == [  # the mock's rewrite, the text as it is
+        f"Best for buyers who want a clear, reliable choice. {t} Key specs are easy to scan, with differentiated "
+        "value over typical alternatives." for t in HOSTILE]
     assert [r["rank_after"] for r in report["rows"]] == [1] * len(HOSTILE)
     seen = json.loads((pytester.path / "seen.json").read_text())
     rewriter_prompts = [r["messages"][1]["content"] for r in seen if r["role"] == "rewriter"]
