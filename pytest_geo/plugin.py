@@ -57,6 +57,7 @@ from pytest_geo.pytest_layer.state import (
     results_of,
     running_session,
     settings_of,
+    stopped_at_start,
 )
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
@@ -64,7 +65,7 @@ from pytest_geo.report.concurrency import merge_stats
 from pytest_geo.report.junit import junit_properties
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
-from pytest_geo.settings import Settings, describe_prompts
+from pytest_geo.settings import describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -156,12 +157,13 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
         return None
     config.stash[HEADER_SHOWN] = True
-    return geo_header(settings_of(config))
+    return geo_header(config)
 
 
-def geo_header(settings: Settings) -> str:
+def geo_header(config: pytest.Config) -> str:
     from pytest_geo.llm.factory import placeholder_key_host
 
+    settings = settings_of(config)
     if settings.mock:
         model = "model mock"
     else:
@@ -215,7 +217,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if rows and reporter is not None and reporter.showheader and not reporter.no_header \
                 and not session.config.stash.get(HEADER_SHOWN, False):
-            reporter.write_line(geo_header(settings_of(session.config)))  # suites: known only now
+            reporter.write_line(geo_header(session.config))  # suites: known only now
     if session.config.option.collectonly:
         return
     run = sequential_run(session.config)
@@ -230,6 +232,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             geo.engine  # noqa: B018 (built for its errors)
             geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
         except PromptError as exc:
+            stopped_at_start(session.config)
             raise pytest.UsageError(str(exc)) from None
 
 

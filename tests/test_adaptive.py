@@ -25,7 +25,7 @@ from pytest_geo.engine.adaptive import (
 )
 from pytest_geo.engine.limiter import Limiter
 from pytest_geo.engine.session import GeoSession
-from pytest_geo.report.concurrency import merge_stats
+from pytest_geo.report.concurrency import merge_stats, stats_line
 from pytest_geo.settings import Settings, build_settings
 
 
@@ -320,9 +320,10 @@ def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: Geo
     report = json.loads((served_project.pytester.path / "report.json").read_text())
     stats = report["concurrency"]
     assert stats["mode"] == "auto" and stats["rate_limited"] == refused  # every 429 was seen
-    assert stats["limit"] < stats["reached"]  # cut below what it reached
-    result.stdout.fnmatch_lines([f"concurrency: auto, the limit rose to {stats['reached']} rows in flight (bound 256), "
-                                 f"ended at {stats['limit']}; 429 answers seen: {refused}"])
+    assert stats["start"] < stats["reached"] and stats["limit"] < stats["reached"]  # it rose, then was cut
+    result.stdout.fnmatch_lines([f"concurrency: auto, the limit rose from {stats['start']} to {stats['reached']} rows "
+                                 f"in flight (bound {stats['maximum']}), ended at {stats['limit']}; "
+                                 f"429 answers seen: {refused}"])
     # Retry-After honoured: after the first refusal, the server heard nothing for most of a second.
     times = sorted(r["at"] for r in server.requests if r["at"] >= server.refused_at[0])
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
@@ -347,7 +348,8 @@ def test_fixed_concurrency_reports_429s_too(served_project: GeoProject) -> None:
                                 "--geo-report", "report.json")
     result.assert_outcomes(passed=2)
     report = json.loads((served_project.pytester.path / "report.json").read_text())
-    assert report["concurrency"] == {"mode": "fixed", "limit": 3, "reached": 3, "rate_limited": 1, "maximum": None}
+    assert report["concurrency"] == {"mode": "fixed", "limit": 3, "reached": 3, "rate_limited": 1, "maximum": None,
+                                     "start": None}
 
 
 def test_bad_concurrency_value_names_auto(geo_project: pytest.Pytester) -> None:
@@ -362,7 +364,7 @@ def test_auto_is_the_default(served_project: GeoProject) -> None:
     report = json.loads((served_project.pytester.path / "report.json").read_text())
     # The fake server is on 127.0.0.1: a local server's bound (256 for a hosted one).
     assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 8
-    result.stdout.fnmatch_lines(["concurrency: auto, the limit rose to * rows in flight (bound 8), ended at *"])
+    result.stdout.fnmatch_lines(["concurrency: auto, the limit * rows in flight (bound 8)*"])
 
 
 def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
@@ -388,7 +390,7 @@ def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
     assert code == 0, err
     refused = fake_openai.rate_limit.refused
     assert refused > 0
-    assert re.search(r"concurrency: auto, the limit rose to [1-8] rows in flight \(bound 8\)", err)
+    assert re.search(r"concurrency: auto, the limit rose from 1 to [2-8] rows in flight \(bound 8\), ended at [1-8]", err)
     assert f"429 answers seen: {refused}" in err
 
 
@@ -396,3 +398,13 @@ def test_the_mock_prints_no_concurrency_line(geo_project: pytest.Pytester) -> No
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     result.assert_outcomes(passed=8)
     assert not [line for line in result.outlines if line.startswith("concurrency:")]  # no rate limits to adapt to
+
+
+@pytest.mark.parametrize("stats, shape", [
+    ({"start": 16, "reached": 40, "limit": 33}, "the limit rose from 16 to 40 rows in flight (bound 256), ended at 33"),
+    ({"start": 16, "reached": 16, "limit": 16}, "the limit stayed at 16 rows in flight (bound 256)"),
+    ({"start": 16, "reached": 16, "limit": 3}, "the limit fell from 16 to 3 rows in flight (bound 256)"),
+])
+def test_the_concurrency_line_says_rose_only_when_the_limit_rose(stats: dict[str, int], shape: str) -> None:
+    line = stats_line({"mode": "auto", "maximum": 256, "rate_limited": 2, **stats})
+    assert line == f"concurrency: auto, {shape}; 429 answers seen: 2"

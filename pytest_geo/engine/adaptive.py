@@ -143,10 +143,11 @@ class ConcurrencyStats:
     reached: int  # the most rows allowed in flight at any time
     rate_limited: int  # 429 answers seen (retried ones included)
     maximum: int | None = None  # auto's upper bound
+    start: int | None = None  # auto's first limit: the line says "rose" only past it
 
     def as_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "limit": self.limit, "reached": self.reached,
-                "rate_limited": self.rate_limited, "maximum": self.maximum}
+                "rate_limited": self.rate_limited, "maximum": self.maximum, "start": self.start}
 
 
 class AdaptiveConcurrency:
@@ -159,7 +160,7 @@ class AdaptiveConcurrency:
         self.requests = requests
         self.maximum = max(1, maximum)
         self.limit = float(min(start, self.maximum))
-        self.reached = int(self.limit)
+        self.start = self.reached = int(self.limit)
         self.rate_limited = 0
         self.slow_start = True
         self._answers = 0  # responses seen, the clock of the one-cut-per-window rule
@@ -303,7 +304,7 @@ class AdaptiveConcurrency:
         self.requests.resize(REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap))
 
     def stats(self) -> ConcurrencyStats:
-        return ConcurrencyStats("auto", int(self.limit), self.reached, self.rate_limited, self.maximum)
+        return ConcurrencyStats("auto", int(self.limit), self.reached, self.rate_limited, self.maximum, self.start)
 
 
 def _smooth(average: float | None, sample: float) -> float:

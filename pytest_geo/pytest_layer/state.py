@@ -72,7 +72,14 @@ def _start(config: pytest.Config) -> GeoSession:
         client = config.hook.pytest_geo_make_client(config=config, settings=settings)
         return GeoSession(settings, build_stack(settings, client))
     except (PromptError, ClientSetupError) as exc:
+        stopped_at_start(config)
         raise pytest.UsageError(str(exc)) from None
+
+
+def stopped_at_start(config: pytest.Config) -> None:
+    """The run stops before any row (a usage error): no rows were going to run, so the
+    end of the run has no evaluation to summarise (not an empty `Evals:` block)."""
+    results_of(config).selected = set()
 
 
 def register_marker(config: pytest.Config, name: str) -> None:

@@ -16,16 +16,25 @@ def merge_stats(total: dict[str, Any] | None, other: Mapping[str, Any]) -> dict[
     merged = dict(total)
     for name in ("limit", "reached", "rate_limited"):
         merged[name] = int(total.get(name) or 0) + int(other.get(name) or 0)
-    if total.get("maximum") is not None and other.get("maximum") is not None:
-        merged["maximum"] = int(total["maximum"]) + int(other["maximum"])
+    for name in ("maximum", "start"):
+        if total.get(name) is not None and other.get(name) is not None:
+            merged[name] = int(total[name]) + int(other[name])
     return merged
 
 
 def stats_line(stats: Mapping[str, Any]) -> str:
     """The terminal summary's line."""
     if stats.get("mode") == "auto":
-        shape = (f"auto, the limit rose to {stats['reached']} rows in flight (bound {stats.get('maximum')}), "
-                 f"ended at {stats['limit']}")
+        start, reached, limit = stats.get("start"), stats["reached"], stats["limit"]
+        bound = f"(bound {stats.get('maximum')})"
+        if start is None:  # stats from before `start` was recorded
+            shape = f"auto, at most {reached} rows in flight {bound}, ended at {limit}"
+        elif reached > start:
+            shape = f"auto, the limit rose from {start} to {reached} rows in flight {bound}, ended at {limit}"
+        elif limit < start:
+            shape = f"auto, the limit fell from {start} to {limit} rows in flight {bound}"
+        else:
+            shape = f"auto, the limit stayed at {start} rows in flight {bound}"
     elif stats.get("mode") == "batch":
         shape = "batch (every row in its round)"
     else:

@@ -72,8 +72,10 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
     lines += baseline_lines(results)
     lines += written
-    lines.append("Evals:")
-    for suite in results.suites():
+    suites = results.suites()
+    if suites:  # Kedi's block, never empty
+        lines.append("Evals:")
+    for suite in suites:
         split = f" [{suite.split}]" if show_split else ""
         tail = f" | {suite.feedback}" if suite.feedback else ""
         lines.append(f"- {suite.label}{split}: {suite.summary.mean:.4f}{tail}")
