@@ -84,14 +84,17 @@ class Summary:
 
 
 def summarize(values: Iterable[float]) -> Summary:
-    """n, mean, share of values > 0, and sample stddev / sqrt(n) (0.0 when n < 2)."""
+    """n, mean, share of values > 0, and sample stddev / sqrt(n) (0.0 when n < 2).
+
+    The arithmetic is the E-GEO harness's, operation for operation (plain sums in order,
+    sqrt(variance / n)), so `egeo evaluate` prints its summary to the last digit."""
     data: Sequence[float] = [float(v) for v in values]
     n = len(data)
     if n == 0:
         return Summary(0, 0.0, 0.0, 0.0)
-    mean = math.fsum(data) / n
+    mean = sum(data) / n
     wins = sum(1 for v in data if v > 0) / n
     if n < 2:
         return Summary(n, mean, wins, 0.0)
-    variance = math.fsum((v - mean) ** 2 for v in data) / (n - 1)
-    return Summary(n, mean, wins, math.sqrt(variance) / math.sqrt(n))
+    variance = sum((v - mean) ** 2 for v in data) / (n - 1)
+    return Summary(n, mean, wins, math.sqrt(variance / n))
