@@ -33,6 +33,21 @@ def overall():
     assert result.stdout.lines[-3:-1] == ["Evals:", "- legacy::overall: 0.7500 | ran 1 time(s)"]
 
 
+def test_a_dataset_free_metric_cannot_drive_optimisation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "evals.py").write_text('''
+import pytest_geo
+
+headline = pytest_geo.prompt("headline", "Write a headline for: {{input}}", optimize=True)
+headline_eval = pytest_geo.suite(headline, data={})
+headline_eval.metric(lambda: 1.0, name="overall")
+''')
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["optimize", "--suites", "evals.py", "--mock"]) == 2
+    assert capsys.readouterr().err == ("egeo: error: suite 'headline': metric 'overall' names no dataset; "
+                                       "optimizing needs rows (give the metric a dataset parameter)\n")
+
+
 @pytest.mark.parametrize("value, shown", [
     ('decimal.Decimal("0.75")', "0.7500"),
     ("fractions.Fraction(1, 4)", "0.2500"),

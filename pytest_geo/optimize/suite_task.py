@@ -137,6 +137,9 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
                 raise OptimizeError(str(exc)) from None
             if metric.is_geo:
                 raise OptimizeError(f"suite {suite.name!r}: optimize the GEO rewriter with --train/--val instead")
+            if metric.dataset_free:  # Kedi's legacy form: it runs once, with no rows to learn from
+                raise OptimizeError(f"suite {suite.name!r}: metric {metric.name!r} names no dataset; optimizing "
+                                    "needs rows (give the metric a dataset parameter)")
             train = _suite_examples(suite, metric, suite.data[metric.dataset], "train", settings.seed)
             val_spec = suite.test_data.get(metric.dataset, suite.data[metric.dataset])
             val = _suite_examples(suite, metric, val_spec, "validation", settings.seed)
