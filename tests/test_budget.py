@@ -90,7 +90,8 @@ def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, worker
                         r"\(its prompt and the 4,096-token output cap\), and \$0\.00\d+ of \$0\.004000 is left",
                         reached), reached
     gate = f"{reached}; {outcomes['skipped']} row(s) not run"
-    assert data["gates"] == [{"nodeid": "pytest-geo::budget", "message": gate}]
+    assert data["gates"] == [{"nodeid": "pytest-geo::budget", "message": gate, "gate": "budget", "score": None,
+                              "limit": ""}]
     assert junit_failures(served_project.pytester.path / "j.xml") == {"pytest-geo::budget": gate}
     lines = result.stdout.lines
     assert f"1 failed, {outcomes['passed']} passed, {outcomes['skipped']} skipped" in lines[-1]
