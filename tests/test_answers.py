@@ -132,16 +132,16 @@ SHAPES = {
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_no_answer_up_to_the_cap_holds_a_row_for_long(shape: str) -> None:
-    """Parsing takes well under half a second of CPU for any answer up to 1 MiB (about
-    0.02 to 0.3 s on this project's 2-core machine; the quadratic search took minutes)."""
+    """Parsing takes under half a second of CPU for any answer up to 1 MiB (0.001 to 0.3 s
+    on this project's 2-core machine; the quadratic search took minutes on some)."""
     text = SHAPES[shape]
-    started = time.process_time()
     for parse in (lambda: parse_ranking(text, ["a", "b"]), lambda: parse_rewrite(text)):
+        started = time.process_time()
         try:
             parse()
         except AnswerError:
             pass
-    assert time.process_time() - started < 1.0  # two parses
+        assert time.process_time() - started < 0.5
 
 
 def test_a_ranking_with_many_ids_says_which_briefly() -> None:
