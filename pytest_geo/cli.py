@@ -49,6 +49,7 @@ from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MAX_RETRIES,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
@@ -114,6 +115,11 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     )
     parser.add_argument(
         "--base-url", default=None, metavar="URL", help="OpenAI-compatible server (env: OPENAI_BASE_URL)"
+    )
+    parser.add_argument(
+        "--max-output-tokens", type=positive_int, default=None, metavar="N",
+        help=f"most tokens of each answer, sent on every model call; an answer cut at it fails its row "
+        f"(default: {DEFAULT_MAX_OUTPUT_TOKENS})",
     )
     parser.add_argument("--ranker-model", default=None, metavar="M", help="ranker model (env: RANKER_MODEL)")
     parser.add_argument("--rewriter-model", default=None, metavar="M", help="rewriter model (env: REWRITER_MODEL)")
@@ -237,6 +243,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "max_concurrency": args.max_concurrency,
         "batch": getattr(args, "batch", False),
         "base_url": args.base_url,
+        "max_output_tokens": args.max_output_tokens,
+        "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
     }

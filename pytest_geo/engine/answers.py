@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatResponse
 from pytest_geo.text import shorten
 
 FENCE_OPEN = re.compile(r"```(?:json|JSON)?\s*+")
@@ -31,14 +32,39 @@ BUDGET_PER_CHAR = 4
 BASE_BUDGET = 1 << 18
 ATTEMPT_COST = 256
 MAX_LISTED_IDS = 10
+KEPT_PREFIX = 4096  # of an answer over MAX_ANSWER_CHARS, what a transcript keeps
 
 
 class AnswerError(ValueError):
     """The model answered, but not with what was asked for; worth asking again."""
 
 
+class UnusableAnswer(Exception):
+    """The answer cannot be used and asking again would not help: the output-token cap
+    cut it, or it is over the answer size cap. The row fails with the reason."""
+
+
 class _OutOfBudget(Exception):
     pass
+
+
+def check_answer(role: str, response: ChatResponse, cap: int | None, cap_flag: str) -> None:
+    """Raise UnusableAnswer when `response` was cut at the output-token cap (`cap`, set
+    with `cap_flag`) or is over MAX_ANSWER_CHARS; such an answer is never parsed."""
+    if len(response.text) > MAX_ANSWER_CHARS:
+        raise UnusableAnswer(f"{role} answer of {len(response.text):,} characters is over the answer size cap "
+                             f"({MAX_ANSWER_CHARS:,} characters): not used")
+    if response.finish_reason == "length":
+        limit = f" ({cap_flag} {cap})" if cap is not None else ""
+        raise UnusableAnswer(f"{role} answer cut at the output-token cap{limit}: raise it")
+
+
+def kept_answer(text: str) -> str:
+    """What a transcript keeps of an answer: all of it up to MAX_ANSWER_CHARS, else its
+    first KEPT_PREFIX characters and a line saying it was cut."""
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    return text[:KEPT_PREFIX] + f"\n[answer cut here in this report: {len(text):,} characters in all]"
 
 
 def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
