@@ -8,11 +8,13 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pytest_geo.engine import answers
 from pytest_geo.engine.answers import AnswerError, _fenced_blocks, extract_json_object, parse_ranking, parse_rewrite
 
 # The implementation before linear parsing (raw_decode at every `{`), kept as the
@@ -86,6 +88,15 @@ texts = st.lists(pieces, max_size=10).map("".join)
 @example('{"a": {"ordered_ids": ["in"]}, "a": 2} x', "ordered_ids")
 def test_the_answer_found_is_the_one_the_quadratic_search_found(text: str, key: str | None) -> None:
     assert outcome(extract_json_object, text, key) == outcome(old_extract, text, key)
+
+
+@settings(max_examples=500, deadline=None)
+@given(texts, st.sampled_from(KEYS), st.sampled_from([1, 5, 17]))
+def test_decoding_in_windows_finds_what_decoding_the_rest_of_the_text_finds(
+        text: str, key: str | None, window: int) -> None:
+    """Windows far smaller than the answers, so decodes run out of them mid-token."""
+    with mock.patch.object(answers, "FIRST_WINDOW", window):
+        assert outcome(extract_json_object, text, key) == outcome(old_extract, text, key)
 
 
 @settings(max_examples=500, deadline=None)
