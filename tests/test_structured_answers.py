@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 import pytest
-from fake_openai import FakeOpenAI
+from fake_openai import FakeOpenAI, structured_answer
 
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
@@ -62,7 +62,8 @@ def bodies(server: FakeOpenAI, role_key: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project: GeoProject, workers: str) -> None:
     dataset = str(served_project.dataset(2))
-    result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", workers)
+    result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", workers,
+                                               "--geo-report", "r.json")
     result.assert_outcomes(passed=2)
     rankings = bodies(served_project.server, "ordered_ids")
     rewrites = bodies(served_project.server, "rewritten_description")
@@ -73,8 +74,11 @@ def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project:
     assert rewrites[0]["response_format"] == {"type": "json_schema",
                                               "json_schema": {"name": "rewrite", "schema": REWRITE, "strict": True}}
     assert {b["max_tokens"] for b in rankings + rewrites} == {4096}
-    # The server answered in the schema's shape (bare JSON), which parsed.
-    assert all("```" not in r["body"].get("content", "") for r in served_project.server.requests)
+    # The server answered in the schema's shape (bare JSON, no fence), which parsed.
+    rows = json.loads((served_project.pytester.path / "r.json").read_text())["rows"]
+    answers = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "ranker"]
+    assert sorted(answers) == sorted(structured_answer(body) or "" for body in rankings)
+    assert all(set(json.loads(answer)) == {"ordered_ids"} for answer in answers)
 
 
 def test_the_output_cap_comes_from_the_ini_too(served_project: GeoProject) -> None:
