@@ -222,14 +222,20 @@ def test_the_fake_server_can_refuse_response_format_altogether(fake_openai: Fake
                             "code": "unsupported_parameter"}
 
 
-def test_a_server_without_response_format_was_sent_the_schema_and_says_so(served_project: GeoProject) -> None:
-    """Falling back to plain answers is the request side's (--geo-structured); here: the
-    schema went out, and the row's error quotes the server's refusal."""
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_server_without_response_format_gets_every_row_scored(served_project: GeoProject, workers: str) -> None:
+    """--geo-structured auto (the default): the schema goes out, the refusal is learned
+    once (both roles' first calls are refused at once: neither stops the run), and the
+    plain answers parse."""
     served_project.server.refuse_response_format = True
-    result = served_project.run(str(served_project.dataset(1)))
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*HTTP 400 (Unsupported parameter: 'response_format' is not supported with this*"])
-    assert all("response_format" in r["body"] for r in served_project.server.requests)
+    result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
+                                               served_project.server.url, "-n", workers)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["requests changed to what the server accepts:",
+                                 "  gpt-4o-mini: sent without response_format (the server refused it)"])
+    refused = [r for r in served_project.server.requests if "response_format" in r["body"]]
+    assert 1 <= len(refused) <= 2 * (1 + int(workers))  # each process's calls in flight before it learned
+    assert len(served_project.server.requests) - len(refused) == 6
 
 
 class Recording:
