@@ -329,24 +329,23 @@ def completion(body: dict[str, Any], fault: str | None = None, number: int = 0,
 
 
 def structured_answer(body: dict[str, Any]) -> str | None:
-    """With a `json_schema` response format: the answer in exactly the schema's shape
-    (bare JSON; a ranking holds the enum's ids, the prompt's order first), else None."""
+    """With a `json_schema` response format: what `answer_for` says, in exactly the
+    schema's shape (bare JSON, every property; a ranking holds the enum's ids, the
+    answer's order first), else None."""
     response_format = body.get("response_format")
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
         return None
     properties = response_format["json_schema"]["schema"].get("properties", {})
-    user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
-    query_match = QUERY.search(user)
+    content = answer_for(body)
+    said = json.loads(content[content.index("{"):content.rindex("}") + 1])  # the one object it holds
+    answer = {name: said.get(name, "") for name in properties}
     if "ordered_ids" in properties:
         allowed = properties["ordered_ids"]["items"].get("enum")
-        ordered = ranker_order({"query": query_match.group(1) if query_match else "", "candidates": _candidates(user)})
+        ordered = list(said.get("ordered_ids") or allowed or [])
         if allowed is not None:
             ordered = [i for i in ordered if i in allowed] + [i for i in allowed if i not in ordered]
-        return json.dumps({"ordered_ids": ordered})
-    if "rewritten_description" in properties:
-        description = DESCRIPTION.search(user)
-        return json.dumps({"rewritten_description": rewrite({"description": description.group(1) if description else ""})})
-    return json.dumps({name: "" for name in properties})
+        answer["ordered_ids"] = ordered
+    return json.dumps(answer)
 
 
 def schema_refusal(server: FakeOpenAI, body: dict[str, Any]) -> dict[str, Any] | None:
