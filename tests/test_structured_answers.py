@@ -111,28 +111,29 @@ def test_answers_in_fences_and_prose_still_parse_from_a_server_that_ignores_the_
 
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_an_answer_cut_at_the_output_cap_fails_its_row_at_once(served_project: GeoProject, workers: str) -> None:
-    """The ranking (4 words) fits a cap of 4; the rewrite (7) does not."""
+    """The ranking (19 tokens as the fake server counts them) fits a cap of 19; the
+    rewrite (20) does not."""
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
                                                served_project.server.url, "-n", workers,
-                                               "--geo-max-output-tokens", "4", "--geo-report", "r.json")
+                                               "--geo-max-output-tokens", "19", "--geo-report", "r.json")
     result.assert_outcomes(failed=2)
-    result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap (--geo-max-output-tokens 4): "
+    result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): "
                                  "raise it*"])
     assert len(bodies(served_project.server, "rewritten_description")) == 2  # never re-asked
     rows = json.loads((served_project.pytester.path / "r.json").read_text())["rows"]
     rewrite_calls = [c for row in rows for c in row["calls"] if c["role"] == "rewriter"]
     assert [c["error"] for c in rewrite_calls] == [
-        "rewriter answer cut at the output-token cap (--geo-max-output-tokens 4): raise it"] * 2
+        "rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): raise it"] * 2
 
 
 def test_egeo_names_its_own_flag_for_a_cut_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=1)
     main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
-          "--max-output-tokens", "4", "--no-cache"])
-    assert ("rows.jsonl: r0: error: rewriter answer cut at the output-token cap (--max-output-tokens 4): raise it\n"
+          "--max-output-tokens", "19", "--no-cache"])
+    assert ("rows.jsonl: r0: error: rewriter answer cut at the output-token cap (--max-output-tokens 19): raise it\n"
             in capsys.readouterr().err)
-    assert {r["body"]["max_tokens"] for r in fake_openai.requests} == {4}
+    assert {r["body"]["max_tokens"] for r in fake_openai.requests} == {19}
 
 
 SUITE = '''
