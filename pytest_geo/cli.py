@@ -50,6 +50,7 @@ from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MAX_RETRIES,
     DEFAULT_MODELS,
     DEFAULT_SEED,
@@ -119,6 +120,11 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         "--base-url", default=None, metavar="URL",
         help="OpenAI-compatible server (env: OPENAI_BASE_URL; default: the OpenAI API); its key comes from "
         "OPENAI_API_KEY",
+    )
+    parser.add_argument(
+        "--max-output-tokens", type=positive_int, default=None, metavar="N",
+        help=f"most tokens of each answer, sent on every model call; an answer cut at it fails its row "
+        f"(default: {DEFAULT_MAX_OUTPUT_TOKENS})",
     )
     parser.add_argument("--ranker-model", default=None, metavar="M",
                         help=f"ranker model (env: RANKER_MODEL; default: {DEFAULT_MODELS['ranker']})")
@@ -247,6 +253,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "max_concurrency": args.max_concurrency,
         "batch": getattr(args, "batch", False),
         "base_url": args.base_url,
+        "max_output_tokens": args.max_output_tokens,
+        "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
     }

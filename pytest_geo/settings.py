@@ -30,6 +30,12 @@ LOCAL_MAX_CONCURRENCY = 8
 STRUCTURED_MODES = ("auto", "on", "off")
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_ALPHA = 0.05  # --geo-alpha: the error rate --geo-sequential decisions keep
+# Sent on every model call. A ranking of 100 candidates is about 1,000 tokens (an id, its
+# quotes and comma are up to ten), a long rewrite 1,000 to 2,000, a proposed prompt about
+# as much: 4,096 holds each twice over, and is what older models accept as max_tokens.
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+# The output cap's flag as each command line spells it: a cut answer's message names it.
+OUTPUT_CAP_FLAGS = {"pytest": "--geo-max-output-tokens", "egeo": "--max-output-tokens"}
 DEFAULT_MODELS = {"ranker": "gpt-4o-mini", "rewriter": "gpt-4o-mini", "optimizer": "gpt-4o-mini"}
 MODEL_ENV = {"ranker": "RANKER_MODEL", "rewriter": "REWRITER_MODEL", "optimizer": "META_MODEL"}
 ROLES = ("ranker", "rewriter", "optimizer")
@@ -119,6 +125,8 @@ class Settings:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # each answer's token cap, sent on every call
+    front_end: str = "pytest"  # "egeo" when the egeo command runs: messages name its flags
     cache_dir: Path | None = None
     use_cache: bool = True
     split: str = "test"

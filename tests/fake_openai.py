@@ -25,6 +25,15 @@ words and punctuation marks (near a BPE tokenizer's count for English) plus Open
 formatting (4 tokens a message, 3 priming the answer); `billed` adds up what it reported,
 the server's own count a budget test compares with.
 
+Structured answers and the output cap, as OpenAI documents them: a `response_format`
+`json_schema` with `strict: true` whose schema leaves an object open (no
+`additionalProperties: false`, or a property not in `required`) is refused with OpenAI's
+400; a valid one is answered strictly in its shape (bare JSON, the ranking's ids from its
+enum). With `refuse_response_format` set, any `response_format` is refused as a server
+without it refuses it (400 `unsupported_parameter`). An answer longer than `max_tokens`
+(or `max_completion_tokens`), counted as usage counts them, is cut there with
+`finish_reason: "length"`. Fault "huge": a rewrite of 2 MiB.
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -52,7 +61,8 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key")
+          "echo_key", "huge")
+HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
@@ -138,6 +148,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.serial = False
         self.serving = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.refuse_response_format = False  # a server without structured outputs
 
     @property
     def url(self) -> str:
@@ -164,6 +175,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.refused.clear()
             self.billed = dict.fromkeys(self.billed, 0)
             self.serial = False
+            self.refuse_response_format = False
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -299,16 +311,92 @@ BLOCK = re.compile(r"^- id: (.*)\n  title: (.*)\n  description:\n((?:  .*(?:\n|$
 def completion(body: dict[str, Any], fault: str | None = None, number: int = 0,
                headers: dict[str, str] | None = None) -> dict[str, Any]:
     """A chat.completion object answering `body`, with usage counted from what it holds."""
-    content = answer_for(body, fault, headers)
+    structured = structured_answer(body) if fault is None else None
+    content = structured if structured is not None else answer_for(body, fault, headers)
+    if fault == "huge":
+        content = json.dumps({"rewritten_description": "x" * HUGE_ANSWER})
+    content, finish_reason = cut_at_cap(content, body)
     prompt, answer = prompt_tokens(body), count_tokens(content)
     return {
         "id": f"chatcmpl-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "fake"),
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "choices": [{"index": 0, "finish_reason": finish_reason,
+                     "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": prompt + answer},
     }
+
+
+def structured_answer(body: dict[str, Any]) -> str | None:
+    """With a `json_schema` response format: what `answer_for` says, in exactly the
+    schema's shape (bare JSON, every property; a ranking holds the enum's ids, the
+    answer's order first), else None."""
+    response_format = body.get("response_format")
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    properties = response_format["json_schema"]["schema"].get("properties", {})
+    content = answer_for(body)
+    said = json.loads(content[content.index("{"):content.rindex("}") + 1])  # the one object it holds
+    answer = {name: said.get(name, "") for name in properties}
+    if "ordered_ids" in properties:
+        allowed = properties["ordered_ids"]["items"].get("enum")
+        ordered = list(said.get("ordered_ids") or allowed or [])
+        if allowed is not None:
+            ordered = [i for i in ordered if i in allowed] + [i for i in allowed if i not in ordered]
+        answer["ordered_ids"] = ordered
+    return json.dumps(answer)
+
+
+def schema_refusal(server: FakeOpenAI, body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's 400 body refusing the request's response format, or None: refused
+    outright in `refuse_response_format` mode, else a strict schema leaving an object open."""
+    response_format = body.get("response_format")
+    if response_format is None:
+        return None
+    if server.refuse_response_format:
+        return {"error": {"message": "Unsupported parameter: 'response_format' is not supported with this model.",
+                          "type": "invalid_request_error", "param": "response_format",
+                          "code": "unsupported_parameter"}}
+    spec = response_format.get("json_schema") or {}
+    if response_format.get("type") != "json_schema" or not spec.get("strict"):
+        return None
+    problem = open_object(spec.get("schema") or {}, ())
+    if problem is None:
+        return None
+    return {"error": {"message": f"Invalid schema for response_format '{spec.get('name')}': {problem}",
+                      "type": "invalid_request_error", "param": "response_format", "code": None}}
+
+
+def open_object(schema: dict[str, Any], context: tuple[str, ...]) -> str | None:
+    """Where a strict schema leaves an object open, in OpenAI's words; None if nowhere."""
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            return f"In context={context}, 'additionalProperties' is required to be supplied and to be false."
+        properties = schema.get("properties", {})
+        missing = [name for name in properties if name not in (schema.get("required") or [])]
+        if missing:
+            return (f"In context={context}, 'required' is required to be supplied and to be an array including "
+                    f"every key in properties. Missing '{missing[0]}'.")
+        for name, inner in properties.items():
+            problem = open_object(inner, (*context, "properties", name))
+            if problem is not None:
+                return problem
+    if isinstance(schema.get("items"), dict):
+        return open_object(schema["items"], (*context, "items"))
+    return None
+
+
+def cut_at_cap(content: str, body: dict[str, Any]) -> tuple[str, str]:
+    """(content, finish_reason): cut after the request's output cap of tokens, counted as
+    usage counts them."""
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(cap, int):
+        return content, "stop"
+    for number, token in enumerate(TOKEN.finditer(content), 1):
+        if number > cap:
+            return content[:token.start()].rstrip(), "length"
+    return content, "stop"
 
 
 def _candidates(text: str) -> list[dict[str, Any]]:
@@ -440,6 +528,10 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
                            {"retry-after-ms": "20"})
+                return
+            refusal = schema_refusal(server, body)
+            if refusal is not None:
+                self._send(400, refusal)
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             answer = completion(body, fault, len(server.requests), headers)

@@ -59,8 +59,13 @@ def test_custom_ids_are_the_ordinary_cache_keys(served_project: GeoProject) -> N
     line = uploaded_lines(served_project.server, served_project.server.batches.created[0])[0]
     body = line["body"]
     assert isinstance(body, dict)
+    # Lines are shaped as direct calls are: the output cap and the strict schema included.
+    assert body["max_tokens"] == 4096
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["strict"] is True
     request = ChatRequest(role="ranker", model=body["model"], messages=body["messages"],
-                          temperature=body["temperature"])
+                          temperature=body["temperature"], max_output_tokens=body["max_tokens"],
+                          response_schema=body["response_format"]["json_schema"]["schema"])
     assert line["custom_id"] == cache_key(served_project.server.url, request)
 
 

@@ -358,4 +358,5 @@ def test_batch_lines_are_shaped_like_ordinary_calls(served_project: GeoProject) 
     lines = [json.loads(line) for batch_id in server.batches.created
              for line in server.batches.files[server.batches.batches[batch_id].input_file_id].splitlines()]
     assert len(lines) == 6
-    assert [sorted(line["body"]) for line in lines] == [["messages", "model", "reasoning_effort"]] * 6
+    assert [sorted(line["body"]) for line in lines] == [
+        ["max_completion_tokens", "messages", "model", "reasoning_effort", "response_format"]] * 6

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_openai import answer_for
+from fake_openai import completion
 from test_reporting import read, validate
 
 from conftest import DUMMY_KEY, GeoProject
@@ -48,10 +48,9 @@ def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(serv
         for call in row["calls"]:
             assert call["cached"] is False and "error" not in call
             # the answer is what the server said to exactly these messages
-            assert any(call["messages"] == body["messages"] for body in sent)
-            assert call["answer"] == answer_for({"messages": call["messages"]},
-                                                 "bad_ranking" if call["attempt"] == 0 and row is rows[0]
-                                                 and call["step"] == "rank_before" else None)
+            body = next(body for body in sent if call["messages"] == body["messages"])
+            fault = "bad_ranking" if call["attempt"] == 0 and row is rows[0] and call["step"] == "rank_before" else None
+            assert call["answer"] == completion(body, fault)["choices"][0]["message"]["content"]
         rewrite = next(c for c in row["calls"] if c["step"] == "rewrite")
         assert rewrite["role"] == "rewriter" and rewrite["model"]
         assert rewrite["messages"][0] == {"role": "system",

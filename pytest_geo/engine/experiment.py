@@ -13,7 +13,15 @@ from typing import Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
-from pytest_geo.engine.answers import AnswerError, parse_ranking, parse_rewrite
+from pytest_geo.engine.answer_schemas import ranking_schema, rewrite_schema
+from pytest_geo.engine.answers import (
+    AnswerError,
+    UnusableAnswer,
+    check_answer,
+    kept_answer,
+    parse_ranking,
+    parse_rewrite,
+)
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
@@ -141,6 +149,8 @@ class GeoEngine:
         temperature: float | None = None,
         reasks: int = DEFAULT_REASKS,
         strict_facts: bool = False,
+        max_output_tokens: int | None = None,
+        cap_flag: str = "--geo-max-output-tokens",
     ) -> None:
         self.prompts = prompts
         self.client = client
@@ -148,6 +158,8 @@ class GeoEngine:
         self.temperature = temperature
         self.reasks = reasks
         self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
+        self.max_output_tokens = max_output_tokens  # sent on every call
+        self.cap_flag = cap_flag  # the flag that sets it, named when an answer is cut at it
 
     async def ask(
         self,
@@ -158,14 +170,18 @@ class GeoEngine:
         parse: Callable[[str], T],
         calls: list[ModelCall] | None = None,
         step: str = "",
+        schema: Mapping[str, Any] | None = None,
     ) -> T:
-        """Ask, parse, and on an unusable answer ask again with the problem stated.
+        """Ask (for an answer in `schema`'s shape, when given), parse, and on an answer
+        that does not parse ask again with the problem stated. An answer cut at the
+        output-token cap, or over the answer size cap, fails at once (UnusableAnswer).
 
         Every call goes through here, so this is where a row's transcript is kept: each
         attempt's messages and raw answer are appended to `calls` when it is given."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         for attempt in range(self.reasks + 1):
-            request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context)
+            request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context,
+                                  max_output_tokens=self.max_output_tokens, response_schema=schema)
             call = ModelCall(step=step or role, role=role, model=request.model, attempt=attempt,
                              messages=[dict(m) for m in messages], answer=None, cached=False)
             if calls is not None:
@@ -177,7 +193,12 @@ class GeoEngine:
             except Exception as exc:
                 call["error"] = one_line(exc)
                 raise
-            call["answer"], call["cached"] = response.text, response.cached
+            call["answer"], call["cached"] = kept_answer(response.text), response.cached
+            try:
+                check_answer(role, response, self.max_output_tokens, self.cap_flag)
+            except UnusableAnswer as exc:
+                call["error"] = str(exc)
+                raise
             try:
                 return parse(response.text)
             except AnswerError as exc:
@@ -203,6 +224,7 @@ class GeoEngine:
             lambda text: parse_ranking(text, ids),
             calls,
             step,
+            ranking_schema(ids),
         )
         return ordered.index(row.target_id) + 1
 
@@ -226,6 +248,7 @@ class GeoEngine:
             parse_rewrite,
             calls,
             "rewrite",
+            rewrite_schema(),
         )
 
     async def run(

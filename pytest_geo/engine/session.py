@@ -24,7 +24,7 @@ from pytest_geo.engine.variants import load_variants
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.stack import ClientStack, build_stack
 from pytest_geo.llm.usage import UsageTable
-from pytest_geo.settings import Settings
+from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 Outcome = GeoOutcome | RepeatedOutcome
 
@@ -60,7 +60,8 @@ class GeoSession:
     def engine(self) -> GeoEngine:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
-                         strict_facts=settings.strict_facts)
+                         strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end])
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:

@@ -36,6 +36,11 @@ class ChatRequest:
     reasoning_effort: str | None = None
 
 
+# An answer longer than this (in characters) is never parsed, cached or reported whole:
+# answers are kilobytes, and an answer is parsed on the loop every row shares.
+MAX_ANSWER_CHARS = 1 << 20
+
+
 @dataclass(frozen=True)
 class ChatResponse:
     text: str

@@ -248,9 +248,12 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
         detail = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else None
         return f"batch {batch_id}: HTTP {status}" + (f" ({scrub(str(detail))})" if detail else "")
     try:
-        text = body["choices"][0]["message"]["content"] or ""
+        choice = body["choices"][0]
+        text = choice["message"]["content"] or ""
     except (KeyError, IndexError, TypeError):
         return f"batch {batch_id}: answer without a message"
     usage = body.get("usage") or {}
+    finish = choice.get("finish_reason")
     return ChatResponse(text=redact(str(text)), prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                        completion_tokens=int(usage.get("completion_tokens") or 0), batch=True)
+                        completion_tokens=int(usage.get("completion_tokens") or 0), batch=True,
+                        finish_reason=finish if isinstance(finish, str) else None)

@@ -12,10 +12,11 @@ would fail every row reading it, one of 10**30 would claim trillions saved), is 
 a miss, overwritten by the live answer and counted (`cache_rejected` in the usage).
 
 The key covers the base URL and the body as sent (model, messages and every parameter
-the model's profile sent, after any change a refusal taught: llm/healing.py). It
-never includes the API key (answers do not depend on it, and keys must not reach disk)
-nor `ChatRequest.context` (the mock's input, not what a server sees). Errors are not
-cached: only answers that came back are written.
+the model's profile sent, after any change a refusal taught: llm/healing.py; so the output
+cap and the response schema too). It never includes the API key (answers do not depend
+on it, and keys must not reach disk) nor `ChatRequest.context` (the mock's input, not what
+a server sees). Errors are not cached, nor answers that cannot be used whatever is asked
+next: one cut at the output cap, or over the answer size cap (MAX_ANSWER_CHARS).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import open_regular, write_text_atomic
-from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
+from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.profiles import sent_body
 
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
@@ -149,7 +150,8 @@ class CachedClient:
         if isinstance(found, ChatResponse):
             return found
         response = await self.inner.complete(request)
-        self.cache.put(key, response, request.model)
+        if response.finish_reason != "length" and len(response.text) <= MAX_ANSWER_CHARS:
+            self.cache.put(key, response, request.model)
         return replace(response, cache_rejected=True) if found == REJECTED else response
 
     async def aclose(self) -> None:

@@ -80,6 +80,7 @@ class HealingClient:
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
         """Send; on a refused parameter, learn and send again, once per parameter."""
+        resent: set[str] = set()
         while True:
             sent = self.shape(request)
             try:
@@ -87,6 +88,9 @@ class HealingClient:
             except RequestRefused as exc:
                 lesson = lesson_for(exc.refusal, sent.body)
                 if lesson is not None and lesson.param in self._lessons.get(lesson.model, {}):
+                    if lesson.param not in resent:  # shaped before a call in flight learned it: as now shaped
+                        resent.add(lesson.param)
+                        continue
                     lesson = None  # refused again after the change: not ours to fix
                 if lesson is None or (lesson.param == STRUCTURED_PARAM and self.structured == "on"):
                     self._unfixable(sent, exc, lesson)

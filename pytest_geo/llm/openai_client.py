@@ -135,6 +135,7 @@ class OpenAIChatClient:
             prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
             completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
             retries=_retries(attempts),
+            finish_reason=getattr(choices[0], "finish_reason", None) if choices else None,
         )
 
     async def _post(self, request: ChatRequest, client: Any = None) -> Any:

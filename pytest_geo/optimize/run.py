@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
+from pytest_geo.engine.answer_schemas import proposal_schema
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
@@ -69,7 +70,7 @@ def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], op
             raise OptimizeError(str(exc)) from None
 
     def ask(system: str, user: str, context: Mapping[str, Any], parse: Callable[[str], str]) -> Awaitable[str]:
-        return engine.ask("optimizer", system, user, context, parse)
+        return engine.ask("optimizer", system, user, context, parse, schema=proposal_schema())
 
     return Reflection(
         system=prompts.meta_optimizer_system or "",

@@ -281,7 +281,7 @@ class _Search:
             "history": json.dumps(self.history[-HISTORY:], indent=2, sort_keys=True),
         }
         def parse(text: str) -> str:
-            answer = extract_json_object(text)
+            answer = extract_json_object(text, "new_prompt")
             new = answer.get("new_prompt")
             if not isinstance(new, str) or not new.strip():
                 raise AnswerError("answer has no non-empty 'new_prompt' text")

@@ -32,6 +32,7 @@ from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MAX_RETRIES,
     DEFAULT_MODELS,
     DEFAULT_SEED,
@@ -62,6 +63,7 @@ VALUED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "concurrency": ("geo_concurrency", "geo_concurrency", concurrency),
     "max_concurrency": ("geo_max_concurrency", "geo_max_concurrency", positive_int),
     "max_retries": ("geo_max_retries", "geo_max_retries", non_negative_int),
+    "max_output_tokens": ("geo_max_output_tokens", "geo_max_output_tokens", positive_int),
     "split": ("geo_split", "geo_split", split_mode),
     "repeats": ("geo_repeats", "geo_repeats", positive_int),
     "limit": ("geo_limit", "geo_limit", positive_int),
@@ -127,6 +129,10 @@ def add_options(parser: pytest.Parser) -> None:
                          "an interrupted run resumes its pending batches) (ini: geo_batch).")
     group.addoption("--geo-max-retries", type=non_negative_int, default=None, metavar="N",
                     help=f"retries of a failed model call (ini: geo_max_retries; default: {DEFAULT_MAX_RETRIES}).")
+    group.addoption("--geo-max-output-tokens", type=positive_int, default=None, metavar="N",
+                    help="most tokens of each answer, sent on every model call (as max_tokens); an answer "
+                         "cut at it fails its row (ini: geo_max_output_tokens; "
+                         f"default: {DEFAULT_MAX_OUTPUT_TOKENS}).")
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
                     help="suite rows to score: test (test_data, else data; default), train (data), "
                          "or all (both, reported separately) (ini: geo_split).")
@@ -208,6 +214,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_concurrency", "most rows in flight at once (at most 2N model requests), or auto", default="")
     parser.addini("geo_max_concurrency", "upper bound of geo_concurrency = auto, in rows", default="")
     parser.addini("geo_max_retries", "retries of a failed model call", default="")
+    parser.addini("geo_max_output_tokens", "most tokens of each answer, sent on every model call", default="")
     parser.addini("geo_batch", "model calls through the OpenAI Batch API", type="bool", default=False)
     parser.addini("geo_strict_facts", "fail rows whose rewrite adds facts", type="bool", default=False)
     parser.addini("geo_cache_dir", "directory of the model-answer cache, relative to the rootdir", default="")

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pytest_geo.llm.base import ChatRequest
+from pytest_geo.settings import OUTPUT_CAP_FLAGS
 from pytest_geo.templates import PromptError, placeholders, render
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class PromptProcedure:
             raise PromptError(f"{self.name}: unknown placeholder {{{{{unknown[0]}}}}}")
 
     async def acall(self, session: GeoSession, value: Any) -> str:
+        from pytest_geo.engine.answers import check_answer  # the engine loads once a procedure runs
+
         values = self.values(value)
         try:
             user = render(self.current_template, values)
@@ -95,11 +98,16 @@ class PromptProcedure:
         messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
             {"role": "user", "content": user}
         ]
+        settings = session.settings
         request = ChatRequest(
-            PROCEDURE_ROLE, session.settings.models["rewriter"], tuple(messages), session.settings.temperature,
-            {"procedure": self.name, "input": value},
+            PROCEDURE_ROLE, settings.models["rewriter"], tuple(messages), settings.temperature,
+            {"procedure": self.name, "input": value}, max_output_tokens=settings.max_output_tokens,
         )
-        output = (await session.client.complete(request)).text.strip()
+        response = await session.client.complete(request)
+        # Its answer is the procedure's output, free text: no schema, and nothing to parse;
+        # but a cut or oversized one is no output to score.
+        check_answer(self.name, response, settings.max_output_tokens, OUTPUT_CAP_FLAGS[settings.front_end])
+        output = response.text.strip()
         trace = _TRACE.get()
         if trace is not None:
             trace.append(output)
