@@ -111,7 +111,7 @@ def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest
     link = "(a symbolic link: egeo init never writes through one)"
     assert out.splitlines()[:3] == [f"skipped {project / 'prompts'} {link}", f"skipped {project / 'eval'} {link}",
                                     f"skipped {project / 'pytest.ini'} {link}"]
-    assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\ngeo_prompts = prompts\n" in out
+    assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\npythonpath = .\ngeo_prompts = prompts\n" in out
     assert "Traceback" not in out
     assert [p.name for p in project.iterdir() if not p.is_symlink()] == []
 
