@@ -98,29 +98,23 @@ def temperature(text: str) -> float:
     return value
 
 
-def split_mode(text: str) -> str:
-    if text not in SPLITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(SPLITS)}")
-    return text
+def one_of(choices: tuple[str, ...], name: str) -> Callable[[str], str]:
+    """A validator accepting exactly `choices`, named `name` (argparse shows the name
+    of a type that raises anything but ArgumentTypeError)."""
+
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    check.__name__ = check.__qualname__ = name
+    return check
 
 
-def progress_mode(text: str) -> str:
-    modes = ("auto", "on", "off")
-    if text not in modes:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(modes)}")
-    return text
-
-
-def reasoning_effort(text: str) -> str:
-    if text not in REASONING_EFFORTS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(REASONING_EFFORTS)}")
-    return text
-
-
-def structured_mode(text: str) -> str:
-    if text not in STRUCTURED_MODES:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(STRUCTURED_MODES)}")
-    return text
+split_mode = one_of(SPLITS, "split_mode")
+progress_mode = one_of(("auto", "on", "off"), "progress_mode")
+reasoning_effort = one_of(REASONING_EFFORTS, "reasoning_effort")
+structured_mode = one_of(STRUCTURED_MODES, "structured_mode")
 
 
 def min_score(text: str) -> tuple[str, float]:
