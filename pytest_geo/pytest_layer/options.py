@@ -163,7 +163,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "and under xdist; the others are deselected (ini: geo_sample).")
     group.addoption("--geo-progress", type=progress_mode, default=None, metavar="auto|on|off",
                     help="a status line of rows done, in flight, errors, retries, tokens, cost and ETA "
-                         "while a row holds back pytest's output: redrawn on a terminal, a plain line at "
+                         "while rows run, from 2 s into the run: redrawn on a terminal, a plain line at "
                          "most every 10 s elsewhere; auto (default) is off under -q -q (ini: geo_progress).")
     group.addoption("--geo-budget", type=dollars, default=None, metavar="DOLLARS",
                     help="spend at most DOLLARS on model calls, at list prices: each call reserves its worst "
