@@ -119,6 +119,11 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.fault_rate = 0.0  # otherwise: this share of requests gets a random fault
         self.rng = random.Random(0)
         self.requests: list[dict[str, Any]] = []
+        # Wall-clock times (time.time(), comparable with another process's) of the first
+        # chat request's arrival and of the last chat answer's end: a bench in another
+        # process times a client's start-up and exit against them (`/stats`).
+        self.first_request_at: float | None = None
+        self.last_answer_at: float | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self.rate_limit: RateLimit | None = None  # set to limit requests (see RateLimit)
@@ -166,6 +171,7 @@ class FakeOpenAI(ThreadingHTTPServer):
     def reset(self) -> None:
         with self.lock:
             self.requests.clear()
+            self.first_request_at = self.last_answer_at = None
             self.faults.clear()
             self.always = None
             self.max_in_flight = 0
@@ -207,6 +213,8 @@ class FakeOpenAI(ThreadingHTTPServer):
     def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
             self.in_flight += 1
+            if self.first_request_at is None:
+                self.first_request_at = time.time()
             self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
                                   "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -219,6 +227,7 @@ class FakeOpenAI(ThreadingHTTPServer):
     def _leave(self) -> None:
         with self.lock:
             self.in_flight -= 1
+            self.last_answer_at = time.time()
 
 
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
@@ -453,7 +462,9 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 limit = self.server.rate_limit
                 stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
-                         "rate_limited": limit.refused if limit is not None else 0, **self.server.billed}
+                         "rate_limited": limit.refused if limit is not None else 0, **self.server.billed,
+                         "first_request_at": self.server.first_request_at,
+                         "last_answer_at": self.server.last_answer_at}
             self._send(200, stats)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
