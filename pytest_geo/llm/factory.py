@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import os
+import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.settings import Settings
+
+if TYPE_CHECKING:
+    from pytest_geo.llm.openai_client import OpenAIChatClient
+
+SDK_CLIENT_MODULE = "pytest_geo.llm.openai_client"
 
 MISSING_KEY = (
     "no model credentials: set OPENAI_API_KEY (and {base_url} or OPENAI_BASE_URL for an "
@@ -88,6 +96,33 @@ def placeholder_key_host(settings: Settings) -> str | None:
     return local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
+def sdk_client_class() -> type[OpenAIChatClient]:
+    """The SDK-backed client class, importing the `openai` SDK on first use.
+
+    That import is most of a run's start-up, and it leaves tens of thousands of objects
+    (the SDK's modules and pydantic models) that live as long as the process. So the
+    garbage there is now is collected first (finalizers run, and pytest reports what they
+    raise, as they would have), the cyclic GC is paused during the import (the collections
+    it would trigger walk a growing heap and free almost nothing), and everything alive
+    after it is frozen (`gc.freeze()`): the run's full collections, pytest's two at exit
+    and the interpreter's last ones no longer walk it. What is made afterwards (rows, the
+    tests' objects and their garbage) is collected as before.
+    """
+    if SDK_CLIENT_MODULE not in sys.modules:
+        gc.collect()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            __import__(SDK_CLIENT_MODULE)
+            gc.freeze()
+        finally:
+            if enabled:
+                gc.enable()
+    from pytest_geo.llm.openai_client import OpenAIChatClient
+
+    return OpenAIChatClient
+
+
 def build_client(settings: Settings) -> ChatClient:
     if settings.mock:
         from pytest_geo.llm.mock import MockClient
@@ -98,14 +133,12 @@ def build_client(settings: Settings) -> ChatClient:
         api_key = PLACEHOLDER_KEY
     if not api_key:
         raise ClientSetupError(MISSING_KEY)
-    from pytest_geo.llm.openai_client import OpenAIChatClient
-
     base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL") or None
     if base_url is not None and _has_credentials(base_url):
         raise ClientSetupError(CREDENTIALS_IN_URL)
     if base_url is not None and (bad := _control_character(base_url)) is not None:
         raise ClientSetupError(bad)
-    return OpenAIChatClient(
+    return sdk_client_class()(
         api_key=api_key,
         base_url=base_url,
         timeout=settings.timeout,

@@ -35,16 +35,16 @@ def prompt_hashes(directory: Path) -> dict[str, str]:
 
 
 def versions() -> dict[str, str | None]:
-    """Imported modules' own versions where they are loaded (importlib.metadata scans
-    every installed distribution, which is slow)."""
-    import pytest
-
+    """Loaded modules' own versions, else the installed distribution's: never an import
+    (`egeo` has no other use for pytest, whose import would add a tenth of a second to
+    its exit)."""
     from pytest_geo import __version__
 
-    found: dict[str, str | None] = {"pytest-geo": __version__, "pytest": pytest.__version__}
-    openai = sys.modules.get("openai")
-    if openai is not None and isinstance(getattr(openai, "__version__", None), str):
-        found["openai"] = openai.__version__
+    found: dict[str, str | None] = {"pytest-geo": __version__}
+    for name in ("pytest", "openai"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(getattr(module, "__version__", None), str):
+            found[name] = module.__version__
     for name in (p for p in PACKAGES if p not in found):
         try:
             found[name] = importlib_metadata.version(name)
