@@ -9,7 +9,8 @@ the same server. It is a floor for the harness (it does no more per row than the
 so the ratios below are, if anything, understated.
 
 Against it, in fresh processes: `egeo evaluate` and `pytest` on the same JSONL file,
-each at its default concurrency (auto), with no answer cache. Wall time is the process's
+each at its default concurrency (auto) and at a fixed one (`--concurrency`, 64 by
+default), with no answer cache. Wall time is the process's
 whole life: start-up, the calls and the reports. Rows have 10 candidates; the fake
 server answers in `--latency` seconds, in its own process.
 
@@ -17,7 +18,7 @@ Targets (issue #24): 120 rows: pytest >= 12x the harness, egeo >= 15x; 400 rows:
 Run it in a fresh virtual environment with only the package installed (`pip install .`,
 no test extras) where you can: pytest loads every installed plugin at start.
 
-    python bench/bench_harness.py [--rows 120] [--latency 0.1]
+    python bench/bench_harness.py [--rows 120] [--latency 0.1] [--concurrency 64]
 """
 
 from __future__ import annotations
@@ -101,7 +102,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=120)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="the fixed concurrency timed beside auto (0: auto only)")
     args = parser.parse_args()
+    concurrencies = ["auto"] + ([str(args.concurrency)] if args.concurrency else [])
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         dataset = directory / "rows.jsonl"
@@ -110,15 +114,20 @@ def main() -> None:
         (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         with fake_server(args.latency) as url:
             harness = sequential_reference(url, rows)
-            egeo = timed_process([sys.executable, "-m", "pytest_geo", "evaluate", "--dataset", str(dataset),
-                                  "--base-url", url, "--no-cache"], directory)
-            plugin = timed_process([sys.executable, "-m", "pytest", "rows.jsonl", "--geo-base-url", url,
-                                    "--geo-no-cache", "-q", "-p", "no:cacheprovider"], directory)
-    print(f"{args.rows} rows of {CANDIDATES} candidates, {args.latency:g} s a call, 3 calls a row:")
+            egeo = {c: timed_process([sys.executable, "-m", "pytest_geo", "evaluate", "--dataset", str(dataset),
+                                      "--base-url", url, "--no-cache", "--concurrency", c], directory)
+                    for c in concurrencies}
+            plugin = {c: timed_process([sys.executable, "-m", "pytest", "rows.jsonl", "--geo-base-url", url,
+                                        "--geo-no-cache", "--geo-concurrency", c, "-q", "-p", "no:cacheprovider"],
+                                       directory)
+                      for c in concurrencies}
+    print(f"{args.rows} rows of {CANDIDATES} candidates, {args.latency:g} s a call, 3 calls a row; "
+          f"load average {os.getloadavg()[0]:.2f}:")
     print(f"  sequential reference (the harness's loop, real SDK): {harness:.2f} s")
-    print(f"  egeo evaluate: {egeo:.2f} s = {harness / egeo:.1f}x (target >= {15 if args.rows <= 120 else 40}x)")
-    print(f"  pytest:        {plugin:.2f} s = {harness / plugin:.1f}x (target >= {12 if args.rows <= 120 else 30}x)")
-
+    for name, times, target in (("egeo evaluate", egeo, 15 if args.rows <= 120 else 40),
+                                ("pytest", plugin, 12 if args.rows <= 120 else 30)):
+        figures = ", ".join(f"{c}: {t:.2f} s = {harness / t:.1f}x" for c, t in times.items())
+        print(f"  {name + ':':15}{figures} (target >= {target}x)")
 
 if __name__ == "__main__":
     main()
