@@ -21,6 +21,7 @@ Run it in a fresh virtual environment with only the package installed (`pip inst
 pytest loads every installed plugin at start.
 
     python bench/bench_startup.py [--rows 400] [--latency 0.1] [--repeat 3] [--concurrency auto]
+        [--python VENV/bin/python --python OTHER/bin/python]   # two installs, alternating
 """
 
 from __future__ import annotations
@@ -127,8 +128,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--concurrency", default="auto", help="rows in flight for both entry points (auto or N)")
+    parser.add_argument("--python", action="append", default=None, metavar="PATH",
+                        help="the interpreter (of a venv) running the entry points; repeat it to time two installs "
+                             "side by side, alternating (default: this one)")
     args = parser.parse_args()
     python = sys.executable
+    pythons = args.python or [python]
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         write_rows(args.rows, directory / "rows.jsonl")
@@ -141,14 +146,17 @@ def main() -> None:
             "empty pytest run (-p no:geo)": ([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:geo",
                                               "empty"], (5,)),
         }
-        entry_points = {
-            "egeo evaluate": [python, "-m", "pytest_geo", "evaluate", "--dataset", "rows.jsonl", "--base-url", "{url}",
-                              "--no-cache", "--concurrency", args.concurrency, "--report", "egeo.json",
-                              "--html", "egeo.html"],
-            "pytest rows.jsonl": [python, "-m", "pytest", "rows.jsonl", "--geo-base-url", "{url}", "--geo-no-cache",
-                                  "--geo-concurrency", args.concurrency, "-q", "-p", "no:cacheprovider",
-                                  "--geo-report", "pytest.json", "--geo-html", "pytest.html"],
-        }
+        entry_points: dict[str, list[str]] = {}
+        for interpreter in pythons:
+            # Each install's entry points, named by its venv when there are several.
+            of = f" ({Path(interpreter).parent.parent.name})" if len(pythons) > 1 else ""
+            entry_points[f"egeo evaluate{of}"] = [
+                interpreter, "-m", "pytest_geo", "evaluate", "--dataset", "rows.jsonl", "--base-url", "{url}",
+                "--no-cache", "--concurrency", args.concurrency, "--report", "egeo.json", "--html", "egeo.html"]
+            entry_points[f"pytest rows.jsonl{of}"] = [
+                interpreter, "-m", "pytest", "rows.jsonl", "--geo-base-url", "{url}", "--geo-no-cache",
+                "--geo-concurrency", args.concurrency, "-q", "-p", "no:cacheprovider", "--geo-report", "pytest.json",
+                "--geo-html", "pytest.html"]
         times: dict[str, list[Timed]] = {name: [] for name in [*baselines, *entry_points]}
         for _ in range(args.repeat):
             for name, (command, ok) in baselines.items():
@@ -157,10 +165,12 @@ def main() -> None:
                 times[name].append(against_server(command, directory, args.latency, 3 * args.rows))
     load = os.getloadavg()[0]
     print(f"{args.rows} rows of {CANDIDATES} candidates, {args.latency:g} s a call, concurrency {args.concurrency}, "
-          f"median of {args.repeat} (range); load average {load:.2f} at the end")
+          f"median of {args.repeat} (range); load average {load:.2f} at the end; byte code "
+          f"{'not written (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'cached'}")
     for name in baselines:
         runs = times[name]
         print(f"  {name:34} wall {spread([t.wall for t in runs])}, CPU {spread([t.cpu for t in runs])}")
+
     def median(name: str, measure: str) -> float:
         return statistics.median(getattr(t, measure) for t in times[name])
 
@@ -169,7 +179,7 @@ def main() -> None:
         # pytest the empty run less the interpreter's start.
         pytest_own = median("empty pytest run (-p no:geo)", measure) - median("python -c pass", measure)
         import_openai = median('python -c "import openai"', measure)
-        budgets = {"egeo evaluate": import_openai, "pytest rows.jsonl": import_openai + pytest_own}
+        budgets = {name: import_openai + (pytest_own if name.startswith("pytest") else 0.0) for name in entry_points}
         print(f"  {'wall clock' if measure == 'wall' else 'CPU (user + system, sampled from /proc)'}:")
         for name in entry_points:
             runs = times[name]
@@ -179,6 +189,7 @@ def main() -> None:
             print(f"      first request after launch: {spread(first)}; over its budget ({budgets[name]:.3f} s): "
                   f"{statistics.median(first) - budgets[name]:+.3f} s (target <= +{FIRST_MARGIN:g} s)")
             print(f"      exit after the last answer: {spread(exits)} (target <= {EXIT_MARGIN:g} s)")
+
 
 if __name__ == "__main__":
     main()
