@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import urllib.request
 
+import openai
 import pytest
+from fake_openai import FakeOpenAI
 
 from conftest import GeoProject
 
@@ -90,3 +94,25 @@ def test_the_run_metadata_names_pytest_without_importing_it() -> None:
                            "print(json.dumps([versions()['pytest'], 'pytest' in sys.modules]))"],
                           capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [pytest.__version__, False]
+
+
+def test_the_fake_server_tells_a_bench_when_the_first_request_came_and_the_last_answer_went(
+        fake_openai: FakeOpenAI) -> None:
+    """bench_startup times a client in another process against these wall-clock stamps."""
+    def stats() -> dict[str, object]:
+        with urllib.request.urlopen(f"{fake_openai.url}/stats", timeout=10) as response:
+            result: dict[str, object] = json.load(response)
+        return result
+
+    assert (stats()["first_request_at"], stats()["last_answer_at"]) == (None, None)
+    client = openai.OpenAI(base_url=fake_openai.url, api_key="sk-test-dummy-0000", max_retries=0)
+    before = time.time()
+    for _ in range(2):
+        client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Query: kettle"}])
+    after = time.time()
+    client.close()
+    first, last = stats()["first_request_at"], stats()["last_answer_at"]
+    assert isinstance(first, float) and isinstance(last, float)
+    assert before <= first < last <= after
+    fake_openai.reset()
+    assert (stats()["first_request_at"], stats()["last_answer_at"]) == (None, None)
