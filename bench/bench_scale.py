@@ -1,15 +1,22 @@
-"""Scale bench: pytest-geo over one GEO dataset (3,000 rows by default), three ways, side
-by side in one run:
+"""Scale bench: mock mode (CI's mode) per row, both entry points, side by side in one run.
+
+Rows of 10 candidates (bench_harness.py's rows). Configurations, each a fresh process
+measured from its own wrapper process so `RUSAGE_CHILDREN` holds that run alone:
 
 - bare: a custom pytest collector that reads the same file and yields no-op items;
 - noop: pytest-geo with the experiment replaced by a no-op outcome (its own overhead);
-- mock: pytest-geo with the offline mock, in-process (the whole mock run).
+- mock: `pytest rows.jsonl --geo-mock`, the whole mock run, in-process (-p no:xdist);
+- read: a bare Python loop that `json.loads` every line (what any entry point must do);
+- egeo: `egeo evaluate --mock --dataset rows.jsonl`.
 
-Prints wall and CPU time per configuration and the ratios the targets name. Every run
-is a fresh `python -m pytest -p no:cacheprovider -q` subprocess, measured from its own
-wrapper process so `RUSAGE_CHILDREN` holds that run alone.
+Per-row figures are slopes, so start-up (imports, the first collection) is not spread
+over the rows: CPU a row is (cpu(N) - cpu(N/10)) / (N - N/10) at N = --rows, the least
+CPU of --repeat interleaved runs; memory a row is (peak RSS at --memory-rows - peak RSS
+at N) / (--memory-rows - N). Targets (issue #24, mock): at most 0.5 ms of CPU a row over
+the bare collector (pytest: over `bare`; egeo, which has no collector: over `read`) and
+at most 8 KiB of memory a row at 30,000 rows, for both entry points.
 
-    python bench/bench_scale.py [--rows 3000] [--repeat 5]
+    python bench/bench_scale.py [--rows 3000] [--memory-rows 30000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from common import PROMPTS
+from common import PROMPTS, write_decoy_dataset
 
 BARE_CONFTEST = textwrap.dedent('''
     import json
@@ -69,87 +76,98 @@ MEASURE = textwrap.dedent('''
 ''')
 
 
-def write_rows(path: Path, n: int) -> None:
-    with path.open("w", encoding="utf-8") as out:
-        for i in range(n):
-            row = {
-                "query_id": f"q{i}",
-                "query": f"lightweight travel laptop model {i}",
-                "candidates": [
-                    {"id": "a", "title": f"Laptop A{i}", "description": "A light laptop for travel, 1.1 kg."},
-                    {"id": "b", "title": f"Laptop B{i}", "description": "Gaming laptop with a big screen."},
-                    {"id": "c", "title": f"Laptop C{i}", "description": "Office machine, 2 kg, long battery."},
-                ],
-                "target_id": "c",
-            }
-            out.write(json.dumps(row) + "\n")
-
-
 # Byte-code caching on, as on a developer's machine: with PYTHONDONTWRITEBYTECODE set,
 # pytest rewrites the assertions of every module of a plugin it loads on each run, which
 # charges the side that imports more modules for a cost no cached run pays.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def measure(cwd: Path, args: list[str]) -> dict[str, float]:
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+READ = "import json, sys\nfor raw in open(sys.argv[1], 'rb'):\n    if raw.strip():\n        json.loads(raw)\n"
+
+KIB = 1024
+
+
+def measure(cwd: Path, command: list[str]) -> dict[str, float]:
     done = subprocess.run([sys.executable, "-c", MEASURE, str(cwd), *command], capture_output=True, text=True,
                           check=True, env=ENV)
-    result = json.loads(done.stdout)
+    result: dict[str, float] = json.loads(done.stdout)
     if result["rc"] != 0:
-        raise SystemExit(f"pytest failed in {cwd} (exit {result['rc']}):\n{result['tail']}")
+        raise SystemExit(f"{command[2:]} failed in {cwd} (exit {result['rc']}):\n{result['tail']}")
     return result
 
 
-def best(cwd: Path, args: list[str], repeat: int) -> dict[str, float]:
-    """The fastest of `repeat` runs by wall time, and the least CPU time of them (noise on
-    a shared machine only ever adds)."""
-    runs = [measure(cwd, args) for _ in range(repeat)]
-    fastest = min(runs, key=lambda r: r["wall"])
-    return {**fastest, "cpu": min(r["cpu"] for r in runs)}
+def commands(rows: str) -> dict[str, list[str]]:
+    """What each configuration runs on the dataset file `rows`, from its directory."""
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:xdist"]
+    return {
+        "bare": [*pytest, "-p", "no:geo", rows],
+        "noop": [*pytest, rows, "--geo-mock"],
+        "mock": [*pytest, rows, "--geo-mock"],
+        "read": [sys.executable, "-c", READ, rows],
+        "egeo": [sys.executable, "-m", "pytest_geo", "evaluate", "--mock", "--dataset", rows],
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--repeat", type=int, default=5, help="runs per configuration; the fastest counts")
+    parser.add_argument("--rows", type=int, default=3000, help="N: CPU a row is measured between N/10 and N rows")
+    parser.add_argument("--memory-rows", type=int, default=30000,
+                        help="memory a row is measured between N and this many rows (0: skip)")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per configuration and size")
     args = parser.parse_args()
+    small, large, huge = args.rows // 10, args.rows, args.memory_rows
 
     with tempfile.TemporaryDirectory(prefix="geo-bench-") as tmp:
         root = Path(tmp)
+        # egeo and read run in the mock's directory: the same prompts, the same files
         dirs = {name: root / name for name in ("bare", "noop", "mock")}
-        for d in dirs.values():
+        dirs["read"] = dirs["egeo"] = dirs["mock"]
+        for d in {*dirs.values()}:
             d.mkdir()
             (d / "pytest.ini").write_text("[pytest]\n")
-            write_rows(d / "rows.jsonl", args.rows)
+            for n in (small, large, *([huge] if huge else [])):
+                write_decoy_dataset(n, d / f"rows{n}.jsonl")
         for name in ("noop", "mock"):
             shutil.copytree(PROMPTS, dirs[name] / "prompts")
         (dirs["bare"] / "conftest.py").write_text(BARE_CONFTEST)
         (dirs["noop"] / "conftest.py").write_text(NOOP_CONFTEST)
-        command = {
-            "bare": ["-p", "no:geo", "-p", "no:xdist", "rows.jsonl"],
-            "noop": ["-p", "no:xdist", "rows.jsonl", "--geo-mock"],
-            "mock": ["-p", "no:xdist", "rows.jsonl", "--geo-mock"],
-        }
-        for name, d in dirs.items():  # warm-up: byte-code caches written, files in the page cache
-            measure(d, command[name])
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in dirs}
-        for _ in range(args.repeat):  # interleaved, so drift on a shared machine hits all three alike
-            for name, d in dirs.items():
-                runs[name].append(measure(d, command[name]))
-        result = {name: {"wall": min(r["wall"] for r in rs), "cpu": min(r["cpu"] for r in rs),
-                         "peak_kb": min(r["peak_kb"] for r in rs)} for name, rs in runs.items()}
-        n = args.rows
-        print(f"{n} rows, best of {args.repeat} interleaved runs each, in-process (-p no:xdist):")
-        print(f"{'run':>6} {'wall s':>7} {'cpu s':>7} {'cpu us/row':>11} {'peak MB':>8}")
-        for name, r in result.items():
-            print(f"{name:>6} {r['wall']:>7.2f} {r['cpu']:>7.2f} {r['cpu'] / n * 1e6:>11.1f} {r['peak_kb'] / 1024:>8.1f}")
-        bare, noop, mock = result["bare"], result["noop"], result["mock"]
-        print(f"plugin overhead (experiment a no-op) / bare collector: wall {noop['wall'] / bare['wall']:.2f}x, "
-              f"cpu {noop['cpu'] / bare['cpu']:.2f}x (target <= 1.2x)")
-        print(f"mock experiment: {(mock['cpu'] - noop['cpu']) / n * 1e3:.3f} ms of CPU per row on top (target <= 0.3 ms)")
-        print(f"whole mock run / bare collector: cpu {mock['cpu'] / bare['cpu']:.2f}x (target <= 1.6x), "
-              f"wall {mock['wall'] / bare['wall']:.2f}x")
+
+        def run(name: str, n: int) -> dict[str, float]:
+            return measure(dirs[name], commands(f"rows{n}.jsonl")[name])
+
+        for name in dirs:  # warm-up: byte-code caches written, files in the page cache
+            run(name, small)
+        runs: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(args.repeat):  # interleaved, so drift on a shared machine hits all alike
+            for n in (small, large):
+                for name in dirs:
+                    runs.setdefault((name, n), []).append(run(name, n))
+        if huge:
+            for name in dirs:
+                runs[(name, huge)] = [run(name, huge)]
+        cpu = {key: min(r["cpu"] for r in rs) for key, rs in runs.items()}
+        wall = {key: min(r["wall"] for r in rs) for key, rs in runs.items()}
+        peak = {key: min(r["peak_kb"] for r in rs) for key, rs in runs.items()}
+
+        print(f"rows of 10 candidates; CPU: least of {args.repeat} interleaved runs; load {os.getloadavg()[0]:.2f}")
+        sizes = (small, large, *([huge] if huge else []))
+        print(f"{'run':>5} " + " ".join(f"{f'cpu s @{n}':>12} {f'peak MB @{n}':>13}" for n in sizes)
+              + f" {'cpu ms/row':>11}" + (f" {'KiB/row':>8}" if huge else ""))
+        cpu_row = {name: (cpu[(name, large)] - cpu[(name, small)]) / (large - small) * 1e3 for name in dirs}
+        mem_row = {name: (peak[(name, huge)] - peak[(name, large)]) / (huge - large) for name in dirs} if huge else {}
+        for name in dirs:
+            print(f"{name:>5} " + " ".join(f"{cpu[(name, n)]:>12.2f} {peak[(name, n)] / KIB:>13.1f}" for n in sizes)
+                  + f" {cpu_row[name]:>11.3f}" + (f" {mem_row[name]:>8.2f}" if huge else ""))
+        print(f"wall s @{large}: " + ", ".join(f"{name} {wall[(name, large)]:.2f}" for name in dirs))
+        for entry, mine, reference in (("pytest --geo-mock", "mock", "bare"), ("egeo evaluate --mock", "egeo", "read")):
+            over = cpu_row[mine] - cpu_row[reference]
+            print(f"{entry}: {over:.3f} ms of CPU a row over {reference} (target <= 0.5 ms)"
+                  + (f"; {mem_row[mine]:.2f} KiB a row at {huge} rows (target <= 8 KiB; over {reference}: "
+                     f"{mem_row[mine] - mem_row[reference]:.2f})" if huge else ""))
+        print(f"pytest-geo's own share (experiment a no-op): {cpu_row['noop'] - cpu_row['bare']:.3f} ms a row over "
+              f"bare; the mock experiment on top: {cpu_row['mock'] - cpu_row['noop']:.3f} ms"
+              + (f"; memory {mem_row['noop'] - mem_row['bare']:.2f} + {mem_row['mock'] - mem_row['noop']:.2f} "
+                 "KiB a row" if huge else ""))
     return 0
 
 

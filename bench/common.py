@@ -40,6 +40,20 @@ def write_kettle_dataset(n: int, path: Path) -> None:
                                {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
 
 
+def write_decoy_dataset(n: int, path: Path, candidates: int = 10) -> None:
+    """Write n GEO rows of `candidates` candidates each to `path` (JSONL): the target, a
+    close match and decoys, the rows the harness and scale benches run."""
+    with path.open("w", encoding="utf-8") as handle:
+        for i in range(n):
+            decoys = [{"id": f"d{i}-{k}", "title": f"Kettle {k}", "description": f"a kettle, model {k}"}
+                      for k in range(candidates - 2)]
+            handle.write(json.dumps({
+                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
+                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
+                               *decoys,
+                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
+
+
 def kettle_rows(n: int, directory: Path) -> list[GeoRow]:
     """The n kettle rows, written to `directory / "bench.jsonl"` and parsed (seed 0)."""
     path = directory / "bench.jsonl"
