@@ -255,7 +255,6 @@ def _facts_of(kind: str, written: str) -> list[Fact]:
 _ANCHOR = re.compile(r"[\d$€£¥]")
 _TOKENS_BEFORE = re.compile(r"\S*+(?:\s++\S++){0,2}")  # on the reversed text
 _TOKENS_AFTER = re.compile(r"\S*+(?:(?:\s++\S++){0,4}\s++\S*?[\d$€£¥]\S*+)*(?:\s++\S++){0,3}")
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _windows(text: str) -> list[tuple[int, int]]:
@@ -322,28 +321,28 @@ def _handover(matches: list[re.Match[str]], zone_start: int, zone_end: int) -> i
     return zone_end - 1
 
 
+# Number words and certification marks as whole words outside the windows: `\w` is
+# `str.isalnum()` or `_`, as `\b` reads it; the words in any ASCII case (never `ſix`),
+# the marks as listed or in capitals (`CE`, not `ce`).
+_WORD_SCAN = re.compile("(?=[" + "".join(sorted({c for w in NUMBER_WORDS for c in (w[0], w[0].upper())}))
+                        + r"])(?<!\w)(?ai:" + _trie(sorted(NUMBER_WORDS)) + r")(?!\w)")
+_MARK_FORMS = sorted({form for mark in CLAIM_MARKS for form in (mark, mark.upper())})
+_MARK_SCAN = re.compile("(?=[" + "".join(sorted({f[0] for f in _MARK_FORMS})) + r"])(?<!\w)(?:" + _trie(_MARK_FORMS)
+                        + r")(?!\w)")
+
+
 def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, str]]:
     """Number words and certification marks outside the windows (inside, PATTERN finds
-    them), by plain substring search: the only matches PATTERN can make without a digit."""
-    lowered = text.translate(_ASCII_LOWER)  # same length, so positions carry over
+    them): the only matches PATTERN can make without a digit."""
     found: list[tuple[int, str, str]] = []
-    searches = [("word", lowered, word) for word in NUMBER_WORDS]
-    searches += [("mark", text, form) for mark in CLAIM_MARKS for form in dict.fromkeys((mark, mark.upper()))]
     window_starts = [start for start, _ in windows]
-    for kind, haystack, needle in searches:
-        at = haystack.find(needle)
-        while at >= 0:
-            end = at + len(needle)
+    for kind, scan in (("word", _WORD_SCAN), ("mark", _MARK_SCAN)):
+        for match in scan.finditer(text):
+            at = match.start()
             inside = bisect_left(window_starts, at + 1) - 1
-            if not (inside >= 0 and at < windows[inside][1]) and _word_edge(text, at - 1) and _word_edge(text, end):
-                found.append((at, kind, text[at:end]))
-            at = haystack.find(needle, end)
+            if not (inside >= 0 and at < windows[inside][1]):
+                found.append((at, kind, match[0]))
     return found
-
-
-def _word_edge(text: str, index: int) -> bool:
-    """No word character at `index` (what `\b` needs beside a word)."""
-    return index < 0 or index >= len(text) or not (text[index].isalnum() or text[index] == "_")
 
 
 def _matches(text: str) -> list[tuple[str, str]]:
