@@ -67,6 +67,17 @@ def test_a_title_line_inside_a_description_stops_what_the_mock_reads() -> None:
     assert order("title: x\ndescription: again\n" + "y" * 40, "short text here", "z") == ["a", "c", "b"]
 
 
+def test_one_line_descriptions_are_read_as_the_harness_reads_them() -> None:
+    # one line each (the mock reads these without splitting): a title line reads as nothing,
+    # a description line as nothing but, on the last candidate, the closing line (17)
+    assert order("title: a long line the mock never reads", "bb", "c") == ["c", "b", "a"]
+    assert order("description: a long line", "bb") == ["b", "a"]
+    assert order("a" * 18, "description: x") == ["a", "b"]
+    assert order("a" * 16, "description: x") == ["b", "a"]
+    assert order("   ", "\u00a0") == ["b", "a"]  # blank: 0 against the closing line alone (17)
+    assert order("  best for you  ", "z" * 40) == ["a", "b"]
+
+
 def test_the_mock_rewrite_wraps_the_original() -> None:
     assert rewrite({"description": "  Steel, 1.7 litres.  "}) == f"{OPENING} Steel, 1.7 litres. {CLOSING}"
     assert rewrite({"description": ""}) == f"{OPENING} Product details. {CLOSING}"

@@ -32,6 +32,15 @@ def seen_description(description: str, last: bool = False) -> str:
     """A description as the harness's mock ranker reads it from the harness's ranker
     prompt: each line indented by two spaces, the whole stripped; a line starting with
     `title:` stops the reading until one starting with `description:` resumes it."""
+    if description.isprintable():  # one line (no line break is printable): the common case, read directly
+        text = description.strip()
+        if text.startswith("title:"):
+            return ""
+        if text.startswith("description:"):
+            return RANKER_CLOSING if last else ""
+        if not last:
+            return text
+        return f"{description.lstrip()}\n\n{RANKER_CLOSING}" if text else RANKER_CLOSING
     lines = [f"  {line}" for line in description.splitlines()] or ["  "]
     kept: list[str] = []
     reading = True
