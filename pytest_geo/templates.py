@@ -3,6 +3,7 @@ placeholders and rendering in one pass. Shared by the GEO prompts and prompt pro
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -20,11 +21,17 @@ def placeholders(template: str) -> set[str]:
 def render(template: str, values: Mapping[str, object]) -> str:
     """Substitute `{{name}}` in one pass: text coming from values is never re-scanned,
     so template syntax inside data (a description holding `{{title}}`) stays literal."""
-
-    def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
+    pieces = _pieces(template)
+    out = list(pieces)
+    for i in range(1, len(out), 2):
+        name = out[i]
         if name not in values:
             raise KeyError(name)
-        return str(values[name])
+        out[i] = str(values[name])
+    return "".join(out)
 
-    return PLACEHOLDER.sub(substitute, template)
+
+@functools.lru_cache(maxsize=64)
+def _pieces(template: str) -> tuple[str, ...]:
+    """Text, name, text, name ... text: a template is scanned once, not once a row."""
+    return tuple(PLACEHOLDER.split(template))

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from pytest_geo.data.dataset import _plainly_valid, _validator
-from pytest_geo.engine.experiment import indented_json
+from pytest_geo.data.dataset import Candidate, _plainly_valid, _validator
+from pytest_geo.engine.experiment import candidate_values, candidates_json
 from pytest_geo.engine.runner import Runner
 
 GOOD = {
@@ -21,11 +21,13 @@ GOOD = {
 }
 
 
-def test_indented_json_matches_json_dumps() -> None:
-    listed = [{"id": "a", "title": 'Q "x" \\ é 中', "description": "line\nbreak\ttab \u2028 \x01"},
-              {"id": "b", "title": "", "description": "</script>"}]
-    for value in (listed, listed[:1], [], [{}]):
-        assert indented_json(value) == json.dumps(value, ensure_ascii=False, indent=2)
+def test_candidate_renderings_match_json_dumps() -> None:
+    candidates = (Candidate("a", 'Q "x" \\ é 中', "line\nbreak\ttab \u2028 \x01"), Candidate("b", "", "</script>"))
+    for chosen in (candidates, candidates[:1], ()):
+        listed = [c.as_dict() for c in chosen]
+        assert candidates_json(chosen) == json.dumps(listed, ensure_ascii=False, indent=2)
+        assert candidate_values("q", None, chosen)["candidates_jsonl"] == "\n".join(
+            json.dumps(c, ensure_ascii=False) for c in listed)
 
 
 def _variants() -> list[object]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -93,14 +92,15 @@ def candidate_values(
 ) -> dict[str, Any]:
     """The ranker's placeholder values; with `used`, the renderings of the candidates
     are built only if the templates use them."""
-    listed = [c.as_dict() for c in candidates]
-    values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(listed)}
+    values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(candidates)}
     if used is None or "candidates" in used:
         values["candidates"] = candidate_blocks(candidates)
     if used is None or "candidates_jsonl" in used:
-        values["candidates_jsonl"] = "\n".join(json.dumps(c, ensure_ascii=False) for c in listed)
+        values["candidates_jsonl"] = "\n".join(
+            f'{{"id": {encode_basestring(c.id)}, "title": {encode_basestring(c.title)}, '
+            f'"description": {encode_basestring(c.description)}}}' for c in candidates)
     if used is None or "candidates_json" in used:
-        values["candidates_json"] = indented_json(listed)
+        values["candidates_json"] = candidates_json(candidates)
     return values
 
 
@@ -121,17 +121,16 @@ def _used_placeholders(*templates: str) -> frozenset[str]:
     return frozenset().union(*(placeholders(t) for t in templates))
 
 
-def indented_json(listed: list[dict[str, str]]) -> str:
-    """`json.dumps(listed, ensure_ascii=False, indent=2)`, byte for byte, for a list of
-    flat string dicts: `indent` forces json's pure-Python encoder, a hot spot at scale."""
-    if not listed:
+def candidates_json(candidates: tuple[Candidate, ...]) -> str:
+    """`json.dumps([c.as_dict() for c in candidates], ensure_ascii=False, indent=2)`, byte
+    for byte, written directly: `indent` forces json's pure-Python encoder, the hot spot of
+    rendering a ranker prompt. (`candidates_jsonl` above is `json.dumps` of each, likewise.)"""
+    if not candidates:
         return "[]"
-    objects = [
-        "  {\n" + ",\n".join(f"    {encode_basestring(k)}: {encode_basestring(v)}" for k, v in c.items()) + "\n  }"
-        if c else "  {}"
-        for c in listed
-    ]
-    return "[\n" + ",\n".join(objects) + "\n]"
+    return "[\n" + ",\n".join(
+        f'  {{\n    "id": {encode_basestring(c.id)},\n    "title": {encode_basestring(c.title)},\n'
+        f'    "description": {encode_basestring(c.description)}\n  }}' for c in candidates
+    ) + "\n]"
 
 
 def one_line(exc: BaseException) -> str:
@@ -262,7 +261,12 @@ class GeoEngine:
         `rank_before` may be given (the optimizer computes it once per row and reuses
         it, since it does not depend on the rewriter prompt; its calls are then not part
         of this row's transcript)."""
-        outcome = GeoOutcome(row.query_id, row.target_id)
+        before: int | None = None
+        after: int | None = None
+        rewritten: str | None = None
+        error: str | None = None
+        violations: tuple[str, ...] = ()
+        not_run = False
         # One list per step, joined in experiment order: rank_before and the rewrite
         # run concurrently, and their calls would otherwise interleave by timing.
         before_calls: list[ModelCall] = []
@@ -271,22 +275,22 @@ class GeoEngine:
         try:
             before_task = rank_before if rank_before is not None else self.rank(
                 row, row.candidates, before_calls, "rank_before")
-            before, rewritten = await together(before_task, self.rewrite(row, prompts, rewrite_calls))
-            outcome = check_facts(replace(outcome, rank_before=before, rewritten_description=rewritten), row)
+            before, text = await together(before_task, self.rewrite(row, prompts, rewrite_calls))
+            rewritten, violations = text, fact_violations(row, text)
             rewritten_candidates = tuple(
-                replace(c, description=rewritten) if c.id == row.target_id else c for c in row.candidates
+                Candidate(c.id, c.title, text) if c.id == row.target_id else c for c in row.candidates
             )
             after = await self.rank(row, rewritten_candidates, after_calls, "rank_after")
-            outcome = replace(outcome, rank_after=after)
-            if self.strict_facts and outcome.fact_violations:
-                facts = ", ".join(outcome.fact_violations)
-                outcome = replace(outcome, error=f"new facts not in the original: {facts} (--geo-strict-facts)")
+            if self.strict_facts and violations:
+                error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a row's failure never stops the others
-            outcome = replace(outcome, error=one_line(exc), not_run=isinstance(exc, ServerUnusable))
+            error, not_run = one_line(exc), isinstance(exc, ServerUnusable)
         # Copies: a call still in flight when its sibling failed must not change the record later.
-        return replace(outcome, calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
+        return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
+                          fact_violations=violations, not_run=not_run,
+                          calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
@@ -309,14 +313,11 @@ async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
     return one.result(), two.result()
 
 
-def check_facts(outcome: GeoOutcome, row: GeoRow) -> GeoOutcome:
-    """Note what the rewrite states that the target's title and description do not (the
+def fact_violations(row: GeoRow, rewritten: str) -> tuple[str, ...]:
+    """What the rewrite states that the target's title and description do not (the
     rewriter sees both). With `strict_facts` the engine then makes that the row's error."""
-    if outcome.rewritten_description is None:
-        return outcome
     target = row.target
-    violations = new_facts(f"{target.title}\n{target.description}", outcome.rewritten_description)
-    return replace(outcome, fact_violations=tuple(violations))
+    return tuple(new_facts(f"{target.title}\n{target.description}", rewritten))
 
 
 def repeat_order(seed: int, row: GeoRow, repeat: int) -> tuple[Candidate, ...]:
