@@ -1,6 +1,6 @@
 """Scale bench: mock mode (CI's mode) per row, both entry points, side by side in one run.
 
-Rows of 10 candidates (bench_harness.py's rows). Configurations, each a fresh process
+Rows of 10 candidates (the rows bench_harness.py writes). Configurations, each a fresh process
 measured from its own wrapper process so `RUSAGE_CHILDREN` holds that run alone:
 
 - bare: a custom pytest collector that reads the same file and yields no-op items;

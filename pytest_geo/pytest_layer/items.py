@@ -30,17 +30,21 @@ class GeoRowFailure(Exception):
 
 class GeoItem(pytest.Item):
     """A row. Its markers (`geo`, the suite's name and declared markers) sit on the
-    parent collector, which `-m`, `iter_markers` and `get_closest_marker` all consult."""
+    parent collector, which `-m`, `iter_markers` and `get_closest_marker` all consult.
+    Its own attributes are slots: a run holds every item to its end, and pytest's
+    instance dict of a node grows to several times its size with them in it."""
 
-    line: int = 0
-    geo_record: RowRecord | None = None
-    geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
+    __slots__ = ("suite_name", "split", "threshold", "line", "geo_record", "geo_stopped")
 
-    def __init__(self, *, suite: str, split: str, threshold: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, suite: str, split: str, threshold: float | None = None, line: int = 0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite_name = suite
         self.split = split
         self.threshold = threshold
+        self.line = line
+        self.geo_record: RowRecord | None = None
+        self.geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
 
     def row_error(self, message: str) -> None:
         """An errored row fails its item; with --geo-max-error-rate the error is tolerated
@@ -64,10 +68,11 @@ class GeoItem(pytest.Item):
 
 
 class GeoRowItem(GeoItem):
+    __slots__ = ("row",)
+
     def __init__(self, *, row: GeoRow, **kwargs: Any) -> None:
         self.row = row
-        self.line = row.line
-        super().__init__(**kwargs)
+        super().__init__(line=row.line, **kwargs)
 
     def runtest(self) -> None:
         geo = geo_session_of(self.config)
@@ -83,10 +88,11 @@ class GeoRowItem(GeoItem):
 
 
 class GeoProblemItem(GeoItem):
+    __slots__ = ("problem",)
+
     def __init__(self, *, problem: RowProblem, **kwargs: Any) -> None:
         self.problem = problem
-        self.line = problem.line
-        super().__init__(**kwargs)
+        super().__init__(line=problem.line, **kwargs)
 
     def runtest(self) -> None:
         self.geo_record = problem_record(self.problem, suite=self.suite_name, split=self.split,
@@ -96,6 +102,8 @@ class GeoProblemItem(GeoItem):
 
 class SuiteItem(GeoItem):
     """One (input, expected) row scored by the suite's metric."""
+
+    __slots__ = ("metric", "index", "value", "expected")
 
     def __init__(self, *, metric: Metric, index: int, value: Any, expected: Any, **kwargs: Any) -> None:
         self.metric = metric
@@ -123,6 +131,8 @@ class SuiteItem(GeoItem):
 
 class EmptySplitItem(GeoItem):
     """Stands for a selected dataset with no rows, so the suite still reports 0.0."""
+
+    __slots__ = ("metric",)
 
     def __init__(self, *, metric: Metric, **kwargs: Any) -> None:
         self.metric = metric
