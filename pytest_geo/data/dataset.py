@@ -187,15 +187,17 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         )
     drawn = _draw(obj, choose)
     query_id = _query_id(obj)
-    error = None if _plainly_valid(obj) else first_error("geo_row.schema.json", obj)
+    plain = _plainly_valid(obj)
+    error = None if plain else first_error("geo_row.schema.json", obj)
     if error is not None:
         return RowProblem(path, line_no, _schema_problem(error), query_id)
     ids = [c["id"] for c in obj["candidates"]]
-    padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
-    if padded is not None:  # the schema's pattern, where Python's `$` lets a final newline through
+    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
+    if padded is not None:
         return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
+    if len(set(ids)) < len(ids):
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
     target = obj.get("target_id") or None  # null and "" are absent, as in the harness
     if target is not None and target not in ids:
@@ -206,7 +208,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         path=path,
         line=line_no,
         query=obj["query"],
-        candidates=tuple(Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]),
+        candidates=tuple([Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]]),
         target_id=target if target is not None else ids[drawn or 0],  # drawn: set when target is None
         query_id=query_id,
         target_was_chosen=target is None,
@@ -243,15 +245,11 @@ def _plainly_valid(obj: Any) -> bool:
     candidates = obj.get("candidates")
     if not isinstance(candidates, list) or len(candidates) < 2:
         return False
-    return all(
-        isinstance(c, dict)
-        and isinstance(c.get("id"), str)
-        and c["id"]
-        and c["id"] == c["id"].strip()
-        and isinstance(c.get("title"), str)
-        and isinstance(c.get("description"), str)
-        for c in candidates
-    )
+    for c in candidates:  # a loop, not all() over a generator: ten a row, at every row's collection
+        if not (isinstance(c, dict) and isinstance(i := c.get("id"), str) and i and i == i.strip()
+                and isinstance(c.get("title"), str) and isinstance(c.get("description"), str)):
+            return False
+    return True
 
 
 def _query_id(obj: Any) -> str | None:
