@@ -211,6 +211,8 @@ def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
     ordered = [_id_text(v) for v in raw]
     expected = list(candidate_ids)
     given, known = set(ordered), set(expected)
+    if given == known and len(ordered) == len(given) == len(expected):  # a permutation: nothing to list
+        return ordered
     missing = [i for i in expected if i not in given]
     extra = [i for i in dict.fromkeys(ordered) if i not in known]
     repeated = sorted(i for i, count in Counter(ordered).items() if count > 1)

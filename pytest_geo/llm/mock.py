@@ -59,13 +59,12 @@ def ranker_order(context: Mapping[str, Any]) -> list[str]:
     """The candidates best first: "Best for" in the description (any case), then the
     longer description, then the greater id (string order)."""
     candidates = list(context.get("candidates", ()))
-
-    def key(indexed: tuple[int, Mapping[str, str]]) -> tuple[bool, int, str]:
-        index, c = indexed
-        seen = seen_description(str(c.get("description", "")), last=index == len(candidates) - 1)
-        return (MARKER in seen.lower(), len(seen), str(c.get("id")))
-
-    return [str(c.get("id")) for _, c in sorted(enumerate(candidates), key=key, reverse=True)]
+    last = len(candidates) - 1
+    keys = []
+    for index, c in enumerate(candidates):
+        seen = seen_description(str(c.get("description", "")), last=index == last)
+        keys.append((MARKER in seen.lower(), len(seen), str(c.get("id"))))
+    return [keys[i][2] for i in sorted(range(len(keys)), key=keys.__getitem__, reverse=True)]
 
 
 def rewrite(context: Mapping[str, Any]) -> str:
