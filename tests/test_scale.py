@@ -8,10 +8,12 @@ import functools
 import json
 import threading
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from pytest_geo.data.dataset import Candidate, _plainly_valid, _validator
+from pytest_geo.data.dataset import Candidate, GeoRow, _plainly_valid, _validator, iter_dataset
 from pytest_geo.engine.experiment import candidate_values, candidates_json
 from pytest_geo.engine.runner import Runner
 
@@ -89,3 +91,44 @@ def test_batched_submission_results_errors_and_cancellation() -> None:
     finally:
         release.set()
         runner.close()
+
+
+def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in (
+        {"query": "théière 中", "candidates": [{"id": "a", "title": "", "description": "x\ny"},
+                                             {"id": "b", "title": "B", "description": ""}]},  # target drawn
+        {"query_id": "q2", "query": "q", "target_id": "b",
+         "candidates": [{"id": "a", "title": "A", "description": "a"}, {"id": "b", "title": "B", "description": "b"}]},
+    )) + "\n")
+    rows = [row for row in iter_dataset(path, 7, display="shown.jsonl") if isinstance(row, GeoRow)]
+    for row in (*rows, replace(rows[1], variant="short")):
+        assert GeoRow.unpacked(row.packed()) == row
+    assert rows[0].target_was_chosen and rows[0].query_id is None and rows[0].path == "shown.jsonl"
+
+
+RUN_AGAIN_CONFTEST = '''
+import json
+import pytest
+
+AGAIN = []
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    yield
+    first = item.geo_record
+    item.runtest()  # as a rerun plugin does, once the item has packed its row
+    AGAIN.append([first["query"], item.geo_record["query"], item.geo_record["target_id"],
+                  item.geo_record["rank_before"], item.geo_record["rank_after"]])
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "again.json").write_text(json.dumps(AGAIN))
+'''
+
+
+def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> None:
+    geo_project.makeconftest(RUN_AGAIN_CONFTEST)
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
+    again = json.loads((geo_project.path / "again.json").read_text())
+    assert len(again) == 8
+    assert again[0] == ["best lightweight laptop for travel under 1kg"] * 2 + ["p1", 3, 1]

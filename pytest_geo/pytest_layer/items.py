@@ -68,23 +68,39 @@ class GeoItem(pytest.Item):
 
 
 class GeoRowItem(GeoItem):
-    __slots__ = ("row",)
+    __slots__ = ("_row", "_packed")
 
     def __init__(self, *, row: GeoRow, **kwargs: Any) -> None:
-        self.row = row
+        self._row: GeoRow | None = row
+        self._packed = b""
         super().__init__(line=row.line, **kwargs)
 
+    @property
+    def row(self) -> GeoRow:
+        """Once the item has run it keeps its row packed (`GeoRow.packed`): an item run
+        again (a rerun plugin) reads it back."""
+        if self._row is None:
+            self._row = GeoRow.unpacked(self._packed)
+        return self._row
+
     def runtest(self) -> None:
+        row = self.row
+        try:
+            self._run(row)
+        finally:
+            self._packed, self._row = row.packed(), None
+
+    def _run(self, row: GeoRow) -> None:
         geo = geo_session_of(self.config)
-        outcome = geo.outcome(self.row)
+        outcome = geo.outcome(row)
         if outcome.not_run:
             # One failure for the whole run (the model_server or budget gate), not one per row.
             self.geo_stopped = geo.stopped
             pytest.skip(f"not run: {geo.stopped or outcome.error}")
-        self.geo_record = geo_record(self.row, outcome.record(), suite=self.suite_name, split=self.split,
+        self.geo_record = geo_record(row, outcome.record(), suite=self.suite_name, split=self.split,
                                      nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
-            self.row_error(f"{self.row.path}:{self.row.line}: error: {outcome.error}")
+            self.row_error(f"{row.path}:{row.line}: error: {outcome.error}")
 
 
 class GeoProblemItem(GeoItem):
