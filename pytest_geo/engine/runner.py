@@ -4,6 +4,7 @@ at most `concurrency` rows in flight, while pytest reports items in its own orde
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import threading
@@ -15,6 +16,7 @@ from pytest_geo.engine.limiter import Limiter
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 T = TypeVar("T")
+TASK_MARGIN = 64  # rows given a task beyond twice the row limit (Runner._start_more)
 
 
 class BoundedClient:
@@ -65,6 +67,10 @@ class Runner:
         # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
         self._pending: dict[concurrent.futures.Future[Any], None] = {}
         self._lock = threading.Lock()
+        # Submitted rows without a task yet, and the tasks started and unfinished (loop thread only).
+        self._queued: collections.deque[tuple[Callable[[], Awaitable[Any]], concurrent.futures.Future[Any]]] = (
+            collections.deque())
+        self._started = 0
         self.closed = False
 
     def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
@@ -85,12 +91,29 @@ class Runner:
         return futures
 
     def _start_all(self, batch: list[tuple[Callable[[], Awaitable[Any]], concurrent.futures.Future[Any]]]) -> None:
-        for make, future in batch:
+        self._queued.extend(batch)
+        self._start_more()
+
+    def _start_more(self) -> None:
+        """Give queued rows their tasks, in submission order, while fewer than twice the
+        row limit (plus a margin) are started and unfinished: a row's task, coroutine and
+        callbacks exist from shortly before a slot can take it, not from its submission
+        (a run submits every row at once). The margin keeps a raised limit fed at once."""
+        room = 2 * self.slots.limit + TASK_MARGIN - self._started
+        while room > 0 and self._queued:
+            make, future = self._queued.popleft()
             if future.cancelled():
                 continue
             task = self._loop.create_task(self._bounded(make, future))
+            self._started += 1
+            room -= 1
             task.add_done_callback(functools.partial(_copy_outcome, future))
+            task.add_done_callback(self._task_done)
             future.add_done_callback(functools.partial(self._cancel_task, task))
+
+    def _task_done(self, _: asyncio.Task[Any]) -> None:
+        self._started -= 1
+        self._start_more()
 
     async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> T:
         async with self.slots:
