@@ -1,29 +1,39 @@
-"""`--geo-concurrency auto` against a rate-limited server and an unlimited one, with fixed
-concurrencies beside it, in one run.
+"""`--geo-concurrency auto` against rate-limited, in-flight-capped and unlimited servers,
+several trials of each, side by side in one run.
 
-1. Limits R requests/s and C in flight (the fake server's rate-limit mode, headers like
-   the real API's), latency L, `--calls` model calls (3 per GEO row): the throughput
-   reached as a share of R (target >= 90%) and the share of requests answered 429
-   (target <= 5%), for auto and for a fixed `--geo-concurrency 16`; and auto against
-   the same limits when the server's 429s say only `Retry-After` (whole seconds) and its
-   successes nothing (the same targets: the rate is learned between 429s).
-2. No limit: auto's wall time against fixed C=64 (bench_concurrency.py's figure), on
-   the same rows (target: auto within 20%).
+1. Limits R requests/s and C in flight (the fake server's rate-limit mode), latency L,
+   `--calls` model calls (3 per GEO row), in three cases:
+   - `headers`: the real API's `x-ratelimit-*` headers on every answer;
+   - `retry-after`: the same limits, but the server's 429s say only `Retry-After` (whole
+     seconds) and its successes nothing (the rate is learned between 429s);
+   - `in-flight cap`: no rate, at most `--cap` requests in flight, beyond that a 429 with
+     `Retry-After: 1` (a gateway or proxy bounding parallel requests): its allowed rate
+     is cap / L. Each request also spends the client's own turnaround outside the
+     server (more on a loaded machine), which no controller can fill, so its lines also
+     give the server's occupancy: the admitted requests it held on average, over the cap.
+   Each trial of each case prints the throughput as a share of the allowed rate (target
+   >= 90%) and the share of requests answered 429 (target <= 5%); the last lines give the
+   worst and the median over the trials. A fixed `--geo-concurrency 16` runs once beside
+   them, against the `retry-after` limits.
+2. No limit: auto's wall time against fixed C=64 (bench_concurrency.py's figure), on the
+   same rows (target: auto within 20%).
 
-Each run gets a fresh server process (a fresh token bucket), as bench_concurrency.py
-runs its server: off the client's GIL. Engine path as the plugin's (`GeoSession`), the
-real `openai` SDK, no cache.
+Trials alternate the cases, so a busy spell of the shared machine hits each. Each run gets
+a fresh server process (a fresh token bucket), off the client's GIL. Engine path as the
+plugin's (`GeoSession`, a hosted server's start: 16 rows), the real `openai` SDK, no cache.
 
-    python bench/bench_adaptive.py [--calls 2000] [--rate 200] [--max-in-flight 100] [--latency 0.1]
+    python bench/bench_adaptive.py [--trials 5] [--calls 900] [--rate 100] [--max-in-flight 100] [--cap 8] [--latency 0.1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +44,8 @@ from pytest_geo.engine.session import GeoSession
 from pytest_geo.settings import Settings
 
 CALLS_PER_ROW = 3
+RATE_TARGET = 0.90
+REFUSED_TARGET = 0.05
 
 
 def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, dict[str, Any], dict[str, Any]]:
@@ -49,36 +61,80 @@ def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, d
     return elapsed, session.concurrency_stats().as_json(), served
 
 
+@dataclass
+class Case:
+    name: str
+    server: list[str]  # the fake server's limit flags
+    allowed: float  # requests per second the limits allow
+    rates: list[float]  # per trial: throughput / allowed
+    refused: list[float]  # per trial: 429s / requests
+    cap: int = 0  # the in-flight cap case's cap (0: a rate limit)
+
+
+def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: int | str) -> tuple[float, float]:
+    with fake_server(latency, *case.server) as url:
+        run(url, batch[:4], 4)  # warm up imports and connections (4 requests: within every limit)
+        wall, stats, served = run(url, batch, concurrency)
+    calls = len(batch) * CALLS_PER_ROW
+    share, refused = calls / wall / case.allowed, served["rate_limited"] / max(1, served["requests"])
+    occupancy = f", occupancy {served['busy_seconds'] / wall / case.cap:.0%} of the cap" if case.cap else ""
+    print(f"  {case.name}, --geo-concurrency {concurrency}: wall {wall:.2f}s, {calls / wall:.0f} calls/s = "
+          f"{share:.0%} of {case.allowed:g}/s, 429s {served['rate_limited']} of {served['requests']} requests = "
+          f"{refused:.1%}, rows in flight reached {stats['reached']}, ended at {stats['limit']}; "
+          f"server saw at most {served['max_in_flight']} in flight{occupancy}; load {os.getloadavg()[0]:.1f}")
+    return share, refused
+
+
+def summary(case: Case) -> str:
+    worst_rate, worst_refused = min(case.rates), max(case.refused)
+    met = worst_rate >= RATE_TARGET and worst_refused <= REFUSED_TARGET
+    return (f"  {case.name:<14} rate share worst {worst_rate:.0%}, median {statistics.median(case.rates):.0%} "
+            f"(target >= {RATE_TARGET:.0%}); refused worst {worst_refused:.1%}, median "
+            f"{statistics.median(case.refused):.1%} (target <= {REFUSED_TARGET:.0%}): "
+            f"{'met' if met else 'MISSED'} in {len(case.rates)} trials")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--trials", type=int, default=5, help="runs of each limited case")
+    parser.add_argument("--calls", type=int, default=900)
+    parser.add_argument("--rate", type=float, default=100)
     parser.add_argument("--max-in-flight", type=int, default=100)
+    parser.add_argument("--cap", type=int, default=8, help="the in-flight cap case's requests in flight")
     parser.add_argument("--latency", type=float, default=0.1)
-    parser.add_argument("--unlimited-rows", type=int, default=400, help="rows of the no-limit comparison")
-    parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency shown beside auto")
+    parser.add_argument("--cases", default="headers,retry-after,in-flight cap", help="limited cases to run")
+    parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency run once beside auto (0: none)")
+    parser.add_argument("--unlimited-rows", type=int, default=400, help="rows of the no-limit comparison (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="unlimited runs of each; the medians count")
     args = parser.parse_args()
     limits = ["--rate", str(args.rate), "--max-in-flight", str(args.max_in_flight)]
+    retry_after = ["--rate-headers", "retry-after"]
+    every = [Case("headers", limits, args.rate, [], []),
+             Case("retry-after", [*limits, *retry_after], args.rate, [], []),
+             Case("in-flight cap", ["--max-in-flight", str(args.cap), *retry_after], args.cap / args.latency, [], [],
+                  args.cap)]
+    cases = [c for c in every if c.name in args.cases.split(",")]
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         batch = kettle_rows(args.calls // CALLS_PER_ROW, Path(tmp))
         calls = len(batch) * CALLS_PER_ROW
-        print(f"rate-limited server: R={args.rate:g}/s C={args.max_in_flight} L={args.latency:g}s, "
-              f"{len(batch)} rows = {calls} calls (ideal wall {calls / args.rate:.2f}s at R; the bucket's "
-              f"first second of burst makes {(calls - args.rate) / args.rate:.2f}s possible)")
-        runs: list[tuple[int | str, list[str], str]] = [
-            ("auto", limits, ""), (args.fixed, limits, ""),
-            ("auto", [*limits, "--rate-headers", "retry-after"], " (server sends only Retry-After)")]
-        for concurrency, server_limits, note in runs:
-            with fake_server(args.latency, *server_limits) as url:
-                run(url, batch[:4], 4)  # warm up imports and connections (inside the bucket's burst)
-                wall, stats, served = run(url, batch, concurrency)
-            throughput = calls / wall
-            refused = served["rate_limited"]
-            print(f"  --geo-concurrency {concurrency}{note}: wall {wall:.2f}s, {throughput:.0f} calls/s = "
-                  f"{throughput / args.rate:.0%} of R (target >= 90%), 429s {refused} of {served['requests']} "
-                  f"requests = {refused / max(1, served['requests']):.1%} (target <= 5%), "
-                  f"rows in flight reached {stats['reached']}, ended at {stats['limit']}")
+        print(f"limited servers: R={args.rate:g}/s C={args.max_in_flight} (in-flight cap case: {args.cap}, "
+              f"Retry-After: 1), L={args.latency:g}s, {len(batch)} rows = {calls} calls (at R the ideal wall is "
+              f"{calls / args.rate:.2f}s; the bucket's first second of burst makes "
+              f"{calls / (calls - args.rate):.0%} of R possible)")
+        for trial in range(args.trials):
+            print(f"trial {trial + 1} of {args.trials}")
+            for case in cases:
+                share, refused = limited_run(case, args.latency, batch, "auto")
+                case.rates.append(share)
+                case.refused.append(refused)
+        if args.fixed:
+            limited_run(every[1], args.latency, batch, args.fixed)
+        print("auto over the trials:")
+        for case in cases:
+            print(summary(case))
+        if not args.unlimited_rows:
+            return
         unlimited = batch[: args.unlimited_rows]
         print(f"unlimited server: L={args.latency:g}s, {len(unlimited)} rows")
         walls: dict[str, list[float]] = {"64": [], "auto": []}
@@ -89,7 +145,7 @@ def main() -> None:
                     wall, stats, _ = run(url, unlimited, concurrency)
                 walls[str(concurrency)].append(wall)
                 print(f"  --geo-concurrency {concurrency}: wall {wall:.2f}s, rows in flight reached "
-                      f"{stats['reached']}, ended at {stats['limit']}")
+                      f"{stats['reached']}, ended at {stats['limit']}; load {os.getloadavg()[0]:.1f}")
         auto, fixed = statistics.median(walls["auto"]), statistics.median(walls["64"])
         print(f"  median wall: auto {auto:.2f}s, C=64 {fixed:.2f}s; auto / C=64: {auto / fixed:.2f}x "
               f"(target <= 1.20x)")

@@ -55,7 +55,6 @@ from pytest_geo.settings import (
     DEFAULT_MODELS,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
-    LOCAL_MAX_CONCURRENCY,
     LOCAL_START_CONCURRENCY,
     LOCAL_TIMEOUT,
     MOCK_ENV,
@@ -113,8 +112,7 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         type=positive_int,
         default=None,
         metavar="N",
-        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY}, "
-        f"{LOCAL_MAX_CONCURRENCY} for a local server)",
+        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY})",
     )
     parser.add_argument(
         "--base-url", default=None, metavar="URL",

@@ -23,10 +23,11 @@ DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "OPENAI_TIMEOUT_SECONDS"  # the E-GEO harness's variable: used when no flag or ini gives one
 # A server on this machine or a private network is often a CPU model answering one call
 # at a time in seconds to minutes: a long timeout, and auto concurrency starting at one
-# row (it grows while calls come back as fast, engine/adaptive.py) up to a few.
+# row. It grows while calls come back as fast and backs off when they queue
+# (engine/adaptive.py), so a fast one (a GPU server, a loopback fake) gets the same bound
+# as a hosted API.
 LOCAL_TIMEOUT = 600.0
 LOCAL_START_CONCURRENCY = 1
-LOCAL_MAX_CONCURRENCY = 8
 STRUCTURED_MODES = ("auto", "on", "off")
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_ALPHA = 0.05  # --geo-alpha: the error rate --geo-sequential decisions keep
@@ -173,8 +174,6 @@ def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | 
         settings.timeout = timeout_from_env() or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
     if local:
         settings.start_concurrency = LOCAL_START_CONCURRENCY
-        if given.get("max_concurrency") is None:
-            settings.max_concurrency = LOCAL_MAX_CONCURRENCY
     return settings
 
 

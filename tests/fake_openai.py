@@ -10,7 +10,9 @@ time, as a local CPU model's server does: latency grows with the queue.
 
 Rate-limit mode (`rate_limit`): at most R requests per second (a token bucket holding
 one second's worth, refilled continuously, as providers meter requests per minute) and at
-most C in flight; beyond either, an immediate 429 with `Retry-After`. With headers
+most C in flight (admitted requests, counted until their answer is ready, as a gateway
+bounding parallel requests counts them; with no rate, `math.inf`, that cap is the only
+limit); beyond either, an immediate 429 with `Retry-After`. With headers
 "openai" every answer carries `x-ratelimit-limit/remaining/reset-requests` and a 429 also
 `retry-after-ms`, like the real API; with "retry-after" a 429 says only `Retry-After`
 (whole seconds, as HTTP defines it) and successes say nothing.
@@ -75,25 +77,39 @@ class RateLimit:
 
     def __init__(self, rate: float, max_in_flight: int, headers: str = "openai") -> None:
         assert headers in ("openai", "retry-after"), headers
-        self.rate = rate
+        assert math.isfinite(rate) or headers == "retry-after", "rate headers need a finite rate"
+        self.rate = rate  # math.inf: no rate, only the cap on requests in flight
         self.max_in_flight = max_in_flight
         self.headers = headers
         self.tokens = rate
         self.stamp = time.monotonic()
         self.refused = 0
+        self.admitted_in_flight = 0  # admitted requests whose answer is not ready yet
+        self.busy = 0.0  # admitted requests in flight, integrated over time (request-seconds)
+        self._changed = self.stamp
 
-    def admit(self, in_flight: int) -> tuple[bool, dict[str, str]]:
-        """(admitted, headers to send); `in_flight` counts the others in flight."""
+    def _count(self, change: int) -> None:
+        now = time.monotonic()
+        self.busy += self.admitted_in_flight * (now - self._changed)
+        self._changed = now
+        self.admitted_in_flight += change
+
+    def answered(self) -> None:
+        self._count(-1)
+
+    def admit(self) -> tuple[bool, dict[str, str]]:
+        """(admitted, headers to send); an admitted request is counted in flight until `answered`."""
         now = time.monotonic()
         self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
-        admitted = in_flight < self.max_in_flight and self.tokens >= 1
+        admitted = self.admitted_in_flight < self.max_in_flight and self.tokens >= 1
         if admitted:
             self.tokens -= 1
+            self._count(1)
         else:
             self.refused += 1
         wait = max(0.0, (1 - self.tokens) / self.rate) if self.tokens < 1 else 0.0
-        if self.headers == "retry-after":
+        if self.headers == "retry-after":  # whole seconds: the HTTP header's unit
             return admitted, {} if admitted else {"Retry-After": str(max(1, math.ceil(wait)))}
         headers = {
             "x-ratelimit-limit-requests": str(int(self.rate)),
@@ -205,7 +221,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         with self.lock:
             if self.rate_limit is None:
                 return True, {}
-            verdict = self.rate_limit.admit(self.in_flight)
+            verdict = self.rate_limit.admit()
             if not verdict[0]:
                 self.refused_at.append(time.monotonic())
             return verdict
@@ -228,6 +244,12 @@ class FakeOpenAI(ThreadingHTTPServer):
         with self.lock:
             self.in_flight -= 1
             self.last_answer_at = time.time()
+
+    def _answered(self) -> None:
+        """An admitted request's answer is ready: rate-limit mode's cap no longer counts it."""
+        with self.lock:
+            if self.rate_limit is not None:
+                self.rate_limit.answered()
 
 
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
@@ -462,7 +484,8 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 limit = self.server.rate_limit
                 stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
-                         "rate_limited": limit.refused if limit is not None else 0, **self.server.billed,
+                         "rate_limited": limit.refused if limit is not None else 0,
+                         "busy_seconds": limit.busy if limit is not None else 0.0, **self.server.billed,
                          "first_request_at": self.server.first_request_at,
                          "last_answer_at": self.server.last_answer_at}
             self._send(200, stats)
@@ -492,6 +515,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = {}
         server = self.server
         admitted, limit_headers = server._admit()
+        answered = not admitted
         server._enter(body, {k.lower(): v for k, v in self.headers.items()})
         try:
             if not admitted:
@@ -509,6 +533,8 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(server.latency)
             elif server.latency:
                 time.sleep(server.latency)
+            server._answered()
+            answered = True
             if fault == "drop":
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -553,6 +579,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
+            if not answered:
+                server._answered()
             server._leave()
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -573,12 +601,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--rate", type=float, default=None, help="rate-limit mode: requests per second")
-    parser.add_argument("--max-in-flight", type=int, default=10**9, help="rate-limit mode: requests in flight")
+    parser.add_argument("--max-in-flight", type=int, default=None,
+                        help="rate-limit mode: requests in flight (alone: no rate, only this cap)")
     parser.add_argument("--rate-headers", choices=("openai", "retry-after"), default="openai")
     args = parser.parse_args()
     server = FakeOpenAI(latency=args.latency)
-    if args.rate is not None:
-        server.rate_limit = RateLimit(args.rate, args.max_in_flight, args.rate_headers)
+    if args.rate is not None or args.max_in_flight is not None:
+        rate = math.inf if args.rate is None else args.rate
+        in_flight = 10**9 if args.max_in_flight is None else args.max_in_flight
+        server.rate_limit = RateLimit(rate, in_flight, args.rate_headers)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

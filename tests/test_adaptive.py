@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -289,6 +291,75 @@ def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
     assert stats.reached >= 16 and stats.limit <= 4
 
 
+def _evaluate(fake_openai: FakeOpenAI, tmp_path: Path, n: int, settings: Settings) -> GeoSession:
+    """`n` rows through the engine's path against the fake server, every row passing."""
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(n)), encoding="utf-8")
+    rows = [r for r in iter_dataset(dataset, 0) if isinstance(r, GeoRow)]
+    session = GeoSession(settings)
+    try:
+        outcomes = session.evaluate(rows)
+    finally:
+        session.close()
+    assert [o.error for o in outcomes] == [None] * n
+    return session
+
+
+def _local(fake_openai: FakeOpenAI) -> Settings:
+    """Settings as a run against this loopback server gets them (a local server's defaults)."""
+    return build_settings({"base_url": fake_openai.url, "prompts_dir": PROMPTS, "use_cache": False})
+
+
+def test_auto_finds_a_cap_on_requests_in_flight_not_a_rate_below_it(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway taking at most 6 requests at once, answering the 7th at once with a 429
+    and `Retry-After: 1`, nothing else. Auto opens at 16 rows (a hosted API's start):
+    32 requests, 26 refused in one episode. The fewest in flight at those refusals shows
+    the cap, so auto keeps 6 requests there and is not refused again (a rate learned
+    between 429s would count the pauses: about one request in flight, many episodes)."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.2
+    fake_openai.rate_limit = RateLimit(rate=math.inf, max_in_flight=6, headers="retry-after")
+    session = _evaluate(fake_openai, tmp_path, 40, Settings(prompts_dir=PROMPTS, base_url=fake_openai.url,
+                                                             use_cache=False))
+    refused = fake_openai.refused_at
+    assert refused and refused[-1] - refused[0] < 0.5, refused  # one episode
+    resumed = refused[0] + 1.0  # its Retry-After
+    after = [r["in_flight"] for r in fake_openai.requests if r["at"] > resumed + 0.25]
+    # Each request arrives as another is answered: with 5 others there, less the client's turnaround.
+    assert len(after) >= 40 and max(after) >= 6 and statistics.median(after) >= 4, after
+    assert session.concurrency_stats().rate_limited == len(refused)
+
+
+def test_a_fast_local_server_gets_well_past_eight_rows(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loopback server answering every call in 0.1 s, as many at once as it is sent:
+    auto starts at one row, as for any local server, and grows while the calls come back
+    as fast (the bound of 8 rows a local server had capped this at 24 requests)."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.1
+    stats = _evaluate(fake_openai, tmp_path, 200, _local(fake_openai)).concurrency_stats()
+    assert (stats.start, stats.maximum) == (1, 256)
+    assert stats.reached >= 32, stats
+    assert fake_openai.max_in_flight >= 32
+
+
+def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same local defaults against a server answering one call at a time (0.2 s
+    each, a CPU model's server): the queue shows in the latencies, so auto ends at a few
+    rows and the server never holds more than a handful of requests."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.2
+    fake_openai.serial = True
+    stats = _evaluate(fake_openai, tmp_path, 16, _local(fake_openai)).concurrency_stats()
+    assert stats.limit <= 4 and stats.reached <= 6, stats
+    assert fake_openai.max_in_flight <= 10
+
+
 def test_auto_parses_as_a_setting() -> None:
     settings = build_settings({"concurrency": "auto", "max_concurrency": 32})
     assert settings.concurrency is None and settings.max_concurrency == 32
@@ -310,17 +381,16 @@ def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: Geo
     server.latency = 0.05
     server.rate_limit = RateLimit(rate=10_000, max_in_flight=4, headers="retry-after")
     dataset = served_project.dataset(16)
-    # The fake server is on 127.0.0.1: the bound a hosted server gets is given (a local
-    # server's is 8, starting at 1 row).
+    # The fake server is on 127.0.0.1: auto starts at 1 row, as for a local server.
     result = served_project.run(str(dataset), "--geo-concurrency", "auto", "--geo-no-cache",
-                                "--geo-max-concurrency", "256", "--geo-report", "report.json")
+                                "--geo-report", "report.json")
     result.assert_outcomes(passed=16)
     refused = server.rate_limit.refused
     assert refused > 0
     report = json.loads((served_project.pytester.path / "report.json").read_text())
     stats = report["concurrency"]
     assert stats["mode"] == "auto" and stats["rate_limited"] == refused  # every 429 was seen
-    assert stats["start"] < stats["reached"] and stats["limit"] < stats["reached"]  # it rose, then was cut
+    assert stats["start"] < stats["reached"]  # it rose until refused
     result.stdout.fnmatch_lines([f"concurrency: auto, the limit rose from {stats['start']} to {stats['reached']} rows "
                                  f"in flight (bound {stats['maximum']}), ended at {stats['limit']}; "
                                  f"429 answers seen: {refused}"])
@@ -362,9 +432,10 @@ def test_auto_is_the_default(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "report.json")
     result.assert_outcomes(passed=2)
     report = json.loads((served_project.pytester.path / "report.json").read_text())
-    # The fake server is on 127.0.0.1: a local server's bound (256 for a hosted one).
-    assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 8
-    result.stdout.fnmatch_lines(["concurrency: auto, the limit * rows in flight (bound 8)*"])
+    # The fake server is on 127.0.0.1: a local server starts at 1 row, with a hosted one's bound.
+    assert report["concurrency"]["mode"] == "auto" and report["concurrency"]["maximum"] == 256
+    assert report["concurrency"]["start"] == 1
+    result.stdout.fnmatch_lines(["concurrency: auto, the limit * rows in flight (bound 256)*"])
 
 
 def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:

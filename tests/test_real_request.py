@@ -178,7 +178,7 @@ def test_time_and_concurrency_defaults_fit_the_server(monkeypatch: pytest.Monkey
     assert (remote.timeout, remote.start_concurrency, remote.max_concurrency) == (60.0, 16, 256)
     for url in ("http://127.0.0.1:8080/v1", "http://localhost:11434/v1", "http://192.168.1.20:8000/v1"):
         local = build_settings({"base_url": url})
-        assert (local.timeout, local.start_concurrency, local.max_concurrency) == (600.0, 1, 8), url
+        assert (local.timeout, local.start_concurrency, local.max_concurrency) == (600.0, 1, 256), url
     given = build_settings({"base_url": "http://127.0.0.1:8080/v1", "timeout": 30.0, "max_concurrency": 64})
     assert (given.timeout, given.max_concurrency) == (30.0, 64)
     monkeypatch.setenv("OPENAI_TIMEOUT_SECONDS", "120")
@@ -199,7 +199,7 @@ def test_a_local_server_starts_with_one_row_in_flight(served_project: GeoProject
     # One row (two requests) while the first calls are held; more only after they came back.
     assert [flight for when, flight in arrivals if when - first < 0.4] == [1, 2]
     concurrency = json.loads((served_project.pytester.path / "r.json").read_text())["concurrency"]
-    assert concurrency["mode"] == "auto" and concurrency["maximum"] == 8
+    assert concurrency["mode"] == "auto" and concurrency["start"] == 1 and concurrency["maximum"] == 256
 
 
 def test_help_names_the_flags_and_the_local_defaults(pytester: pytest.Pytester) -> None:

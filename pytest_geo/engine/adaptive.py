@@ -20,11 +20,19 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   of the exhausted limit); the refused request itself gives its slot back and queues
   for one again (`observe` returns that wait for the HTTP hook to await before the SDK
   retries), so the SDK's retries cannot stampede the server all at once;
-- with no rate headers (a gateway that only says `Retry-After`), the budget is spent at
-  each 429 that opens a window, so the successes between two of them are the rate the
-  server grants; the request limiter is capped at that rate times a call's latency, as
-  with headers below, and the rate is probed upwards by 1% a second (nothing else says
-  when it grows); halving alone would overshoot and pause again every few round trips;
+- with no rate headers (a gateway that only says `Retry-After`), a 429 says either "too
+  fast" (a rate) or "too many at once" (a cap on requests in flight), and an episode (a
+  429 while no pause holds requests back, and the 429s that follow it during its pause)
+  tells which: refused with more requests in flight than the server ever refused at
+  (or before any 429), it is a cap; the fewest in flight at that episode's refusals, less
+  the refused one, is the ceiling of requests in flight (found at the first episode
+  against a cap, and probed upwards by one after a quiet spell that doubles with each
+  refused probe). Refused within that ceiling, it is a rate: the budget is spent at each
+  episode, so the successes between the last two are the rate the server grants; the
+  request limiter is capped at that rate times a call's latency, as with headers below,
+  and the rate is probed upwards by 1% a second (nothing else says when it grows).
+  Halving alone would overshoot and pause again every few round trips, and a rate
+  learned from a cap's episodes counts the pauses and lands far below the cap;
 - when the `x-ratelimit-limit/remaining/reset-requests` headers are there, they give the
   rate the server refills (limit - remaining requests come back within the reset time);
   by Little's law the requests worth keeping in flight are that rate times a call's
@@ -65,6 +73,7 @@ CUT_ON_429 = 0.5
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
 PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a second
+CEILING_PROBE = 15.0  # seconds without a 429 before a learned ceiling of requests in flight rises by one
 THROUGHPUT_CALLS = 128  # finished calls whose pace measures a bottleneck's throughput
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
@@ -172,6 +181,12 @@ class AdaptiveConcurrency:
         self._successes = 0  # 2xx responses seen
         self._last_refusal: float | None = None  # when the last 429 cut was made (the clock)
         self._successes_before = 0  # successes seen until a latency after it
+        self._ceiling: int | None = None  # requests in flight the server refuses above (its 429s)
+        self._tested: int | None = None  # in flight the server was seen to take: the ceiling less a fresh probe
+        self._rate_episode = False  # the current 429 episode's refusals came within the ceiling
+        self._episode_end = 0.0  # when the current 429 episode's pause ends (the clock)
+        self._quiet_since = 0.0  # when the last 429 came (the clock): the ceiling's probe waits from it
+        self._probe_wait = CEILING_PROBE  # doubles with each episode that refuses more in flight
         self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
         self._finished: deque[float] = deque(maxlen=THROUGHPUT_CALLS)  # when the last calls came back
         self._queued: float | None = None  # smoothed latency of calls sent under the current limit
@@ -181,12 +196,14 @@ class AdaptiveConcurrency:
 
     @property
     def request_cap(self) -> int | None:
-        """Requests worth keeping in flight at the rate the server grants (Little's law):
-        the refill rate its headers give, else the rate learned between its 429s."""
+        """Requests worth keeping in flight: at the rate the server grants (Little's law:
+        the refill rate its headers give, else the rate learned between its 429s) and
+        within the ceiling its 429s showed."""
         rate = self._rate if self._rate is not None else self._granted
-        if rate is None or self._latency is None:
-            return None
-        return max(1, math.ceil(rate * self._latency - 1e-9))  # 10.000000001 is 10
+        cap = None if rate is None or self._latency is None else max(1, math.ceil(rate * self._latency - 1e-9))
+        if self._ceiling is None:
+            return cap  # 10.000000001 requests is 10
+        return self._ceiling if cap is None else min(cap, self._ceiling)
 
     def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
         """One HTTP response (header names lower-case); for a 429, the wait for a slot
@@ -197,9 +214,8 @@ class AdaptiveConcurrency:
             self.rate_limited += 1
             pause = retry_after(headers)
             pause = DEFAULT_PAUSE if pause is None else min(pause, MAX_PAUSE)
+            self._refused(self.requests.in_use, pause)
             self.requests.pause_until(asyncio.get_running_loop().time() + pause)
-            if self._window_over():
-                self._learn_granted_rate()
             self._cut(CUT_ON_429)
             return self.requests.requeue()
         if 200 <= status < 300:
@@ -214,14 +230,35 @@ class AdaptiveConcurrency:
                 self._cut(TRIM_ON_PRESSURE)
         return None
 
-    def _learn_granted_rate(self) -> None:
+    def _refused(self, in_flight: int, pause: float) -> None:
+        """A 429 with `in_flight` requests out, the refused one included, asking for
+        `pause` seconds. The first of an episode (no pause holding requests back) says
+        what kind of limit refused it. A cap: refused within a round trip of the last
+        pause's end (the server said its budget would be back by then: it refuses the
+        requests sent at once, not their pace), or with more in flight than it took; a
+        rate: refused with nothing else in flight, or within what it took. A cap's
+        refusals lower the ceiling to the fewest others in flight they met."""
+        now = self._quiet_since = self.clock()
+        if now >= self._episode_end:
+            resuming = self._latency is not None and now < self._episode_end + self._latency
+            self._episode_end = now + pause
+            self._rate_episode = in_flight <= 1 or (
+                not resuming and self._tested is not None and in_flight <= self._tested)
+            if not self._rate_episode and self._tested is not None:
+                self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
+            self._learn_granted_rate(learn=self._rate_episode)
+        if not self._rate_episode:
+            self._ceiling = max(1, in_flight - 1 if self._ceiling is None else min(self._ceiling, in_flight - 1))
+            self._tested = self._ceiling
+
+    def _learn_granted_rate(self, learn: bool = True) -> None:
         """A 429 that opens a new window: the server's budget is spent now, as it was at
         the last such 429, so what it admitted in between is what it grants in that time
         (less, if its budget filled up unused meanwhile: a floor of its rate). Admitted
         requests are answered a latency later, so the count is taken then: the successes
         from a latency after the last such 429 to a latency after this one."""
         now = self.clock()
-        if self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
+        if learn and self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
             asyncio.get_running_loop().call_later(
                 self._latency, self._learn_rate, self._successes_before, now - self._last_refusal)
         self._last_refusal = now
@@ -253,6 +290,10 @@ class AdaptiveConcurrency:
         cap = self.request_cap
         if self._window_over() and self._rate is None and self._granted is not None:
             self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
+        if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
+            self._tested = self._ceiling  # it held a quiet spell
+            self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
+            self._quiet_since = now
         if not self._window_over() or (cap is not None and self.limit >= cap):
             self._apply()  # the cap moves with the latency and the rate
             return
@@ -297,10 +338,12 @@ class AdaptiveConcurrency:
         self._apply()
 
     def _apply(self) -> None:
+        cap = self.request_cap
+        if cap is not None and self.limit < cap:  # a row makes at least one request: fewer would idle slots
+            self.limit = float(min(cap, self.maximum))
         rows = int(self.limit)
         self.reached = max(self.reached, rows)
         self.rows.resize(rows)
-        cap = self.request_cap
         self.requests.resize(REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap))
 
     def stats(self) -> ConcurrencyStats:

@@ -37,7 +37,6 @@ from pytest_geo.settings import (
     DEFAULT_MODELS,
     DEFAULT_SEED,
     DEFAULT_TIMEOUT,
-    LOCAL_MAX_CONCURRENCY,
     LOCAL_START_CONCURRENCY,
     LOCAL_TIMEOUT,
     MOCK_ENV,
@@ -122,7 +121,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "headers (ini: geo_concurrency).")
     group.addoption("--geo-max-concurrency", type=positive_int, default=None, metavar="N",
                     help="upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; "
-                         f"default: {DEFAULT_MAX_CONCURRENCY}, {LOCAL_MAX_CONCURRENCY} for a local server).")
+                         f"default: {DEFAULT_MAX_CONCURRENCY}).")
     group.addoption("--geo-batch", action="store_true", default=None,
                     help="send the rows' model calls through the OpenAI Batch API (about half the price; "
                          "rounds of one batch each, polled until done; answers land in the answer cache, and "
