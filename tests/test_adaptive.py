@@ -225,6 +225,57 @@ def test_without_rate_headers_the_rate_granted_between_two_429s_caps_requests() 
     assert controller.requests.limit == 3
 
 
+def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
+    """Without rate headers. A first episode refused with 10 requests out (the refused
+    one included): a cap of 9 at most. Refused again within a round trip of its pause's
+    end, with 9 out: still the cap (the server said its budget would be back), now 8,
+    and no rate learned from the pauses between. Refused later with 8 out, within what
+    the server took: a rate, the 40 successes in the 4 s between the last two episodes
+    (10/s: one request in flight at 0.1 s a call)."""
+    clock = FakeClock()
+
+    async def scenario() -> list[int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        seen: list[int | None] = []
+        waits = []
+        for in_flight, later in ((10, 1.05), (9, 4.0), (8, 0.0)):
+            controller.requests.in_use = in_flight
+            waits.append(controller.observe(429, {"retry-after": "1"}))
+            await asyncio.sleep(0.15)  # a latency: a rate is learned once the admitted are answered
+            seen.append(controller.request_cap)
+            clock.now += 0.2  # answers to requests sent after it
+            for _ in range(int(later * 10)):
+                controller.observe(200, {})
+            clock.now += later - 0.2
+        for wait in waits:
+            assert wait is not None
+            asyncio.ensure_future(wait).cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == [9, 8, 1]
+
+
+def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None:
+    clock = FakeClock()
+
+    async def scenario() -> list[int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        controller.requests.in_use = 7
+        wait = controller.observe(429, {"retry-after": "1"})
+        assert wait is not None
+        asyncio.ensure_future(wait).cancel()
+        caps = [controller.request_cap]
+        for seconds in (14.0, 1.5, 15.0):
+            clock.now += seconds
+            controller.call_succeeded(0.1)
+            caps.append(controller.request_cap)
+        return caps
+
+    assert asyncio.run(scenario()) == [6, 6, 7, 8]  # one more after each 15 s without a 429
+
+
 def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() -> None:
     """32 requests sent at once to a server answering one call a second: answers come
     every second, each having waited one second longer. The queue shows the server's
