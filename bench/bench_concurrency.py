@@ -2,6 +2,11 @@
 C and sequentially, against the ideal ceil(N/C) * 2L (rank_before and the rewrite
 overlap, then rank_after).
 
+Then `--geo-concurrency auto` as a run against this loopback server gets it (a local
+server's defaults: one row at first, growing while calls come back as fast), beside C:
+its median wall time and the most rows it allowed in flight (the bound of 8 rows a local
+server had would make it at least ceil(N/8) * 2L).
+
 Runs the engine directly (`GeoSession.evaluate`, the code path the plugin uses), the real
 `openai` SDK, no cache. The server runs in its own process so it does not share the
 client's GIL. C bounds rows in flight, as in the ideal; a row makes at most two calls at
@@ -24,15 +29,24 @@ from common import PROMPTS, fake_server, kettle_rows, timed_evaluate
 
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
-from pytest_geo.settings import Settings
+from pytest_geo.settings import Settings, build_settings
 
 
-def run(url: str, batch: list[GeoRow], concurrency: int) -> float:
-    settings = Settings(prompts_dir=PROMPTS, base_url=url, concurrency=concurrency, use_cache=False)
-    elapsed, outcomes = timed_evaluate(GeoSession(settings), batch)
+def run(url: str, batch: list[GeoRow], concurrency: int | None, reached: list[int] | None = None) -> float:
+    """Wall seconds; `concurrency` None is auto with the settings a run against `url`
+    gets (build_settings: a loopback server's defaults), whose most rows allowed in
+    flight go to `reached`."""
+    if concurrency is None:
+        settings = build_settings({"prompts_dir": PROMPTS, "base_url": url, "use_cache": False})
+    else:
+        settings = Settings(prompts_dir=PROMPTS, base_url=url, concurrency=concurrency, use_cache=False)
+    session = GeoSession(settings)
+    elapsed, outcomes = timed_evaluate(session, batch)
     errors = [o.error for o in outcomes if o.error]
     if errors:
         raise SystemExit(f"{len(errors)} rows failed, e.g. {errors[0]}")
+    if reached is not None:
+        reached.append(session.concurrency_stats().reached)
     return elapsed
 
 
@@ -58,6 +72,12 @@ def main() -> None:
                 stats = json.load(response)
             print(f"server, over all runs: {stats['requests']} requests, at most {stats['max_in_flight']} in flight "
                   f"(bound 2C = {2 * c})")
+            reached: list[int] = []
+            autos = sorted(run(url, batch, None, reached) for _ in range(args.repeat))
+            auto = statistics.median(autos)
+            print(f"auto, a local server's start (1 row): wall {auto:.2f}s (median of "
+                  f"{', '.join(f'{w:.2f}' for w in autos)}), {auto / concurrent:.2f}x C={c}; rows in flight reached "
+                  f"{', '.join(map(str, reached))} (a bound of 8 rows: at least {math.ceil(n / 8) * 2 * latency:.2f}s)")
             m = min(args.sequential_rows, n)
             sequential = run(url, batch[:m], 1)
             ideal_seq = m * 2 * latency

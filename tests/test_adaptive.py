@@ -366,17 +366,19 @@ def test_auto_finds_a_cap_on_requests_in_flight_not_a_rate_below_it(
 ) -> None:
     """A gateway taking at most 6 requests at once, answering the 7th at once with a 429
     and `Retry-After: 1`, nothing else. Auto opens at 16 rows (a hosted API's start):
-    32 requests, 26 refused in one episode. The fewest in flight at those refusals shows
-    the cap, so auto keeps 6 requests there and is not refused again (a rate learned
-    between 429s would count the pauses: about one request in flight, many episodes)."""
+    32 requests, 26 refused in one episode. The requests out less those refused show the
+    cap (on a busy machine, some are sent late and taken in freed slots: too many then,
+    refused again as the pause ends, which corrects it), so auto keeps 6 requests there
+    and is not refused again (a rate learned between 429s would count the pauses: one or
+    two requests in flight, and an episode every few seconds)."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     fake_openai.latency = 0.2
     fake_openai.rate_limit = RateLimit(rate=math.inf, max_in_flight=6, headers="retry-after")
-    session = _evaluate(fake_openai, tmp_path, 40, Settings(prompts_dir=PROMPTS, base_url=fake_openai.url,
+    session = _evaluate(fake_openai, tmp_path, 50, Settings(prompts_dir=PROMPTS, base_url=fake_openai.url,
                                                              use_cache=False))
     refused = fake_openai.refused_at
-    assert refused and refused[-1] - refused[0] < 0.5, refused  # one episode
-    resumed = refused[0] + 1.0  # its Retry-After
+    assert refused and refused[-1] - refused[0] < 1.5 and len(refused) <= 26 + 6, refused  # one or two episodes
+    resumed = refused[-1] + 1.0  # the last one's Retry-After
     after = [r["in_flight"] for r in fake_openai.requests if r["at"] > resumed + 0.25]
     # Each request arrives as another is answered: with 5 others there, less the client's turnaround.
     assert len(after) >= 40 and max(after) >= 6 and statistics.median(after) >= 4, after

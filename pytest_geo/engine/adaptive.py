@@ -23,11 +23,12 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
 - with no rate headers (a gateway that only says `Retry-After`), a 429 says either "too
   fast" (a rate) or "too many at once" (a cap on requests in flight), and an episode (a
   429 while no pause holds requests back, and the 429s that follow it during its pause)
-  tells which: refused with more requests in flight than the server ever refused at
-  (or before any 429), it is a cap; the fewest in flight at that episode's refusals, less
-  the refused one, is the ceiling of requests in flight (found at the first episode
-  against a cap, and probed upwards by one after a quiet spell that doubles with each
-  refused probe). Refused within that ceiling, it is a rate: the budget is spent at each
+  tells which. Refused with more requests in flight than the server was seen to take
+  (or before any 429), or within a round trip of the last pause's end, it is a cap: the
+  requests out when the episode began, less those it refused, are the ceiling of
+  requests in flight (found at the first episode against a cap, and probed upwards by
+  one after a quiet spell that doubles with each refused probe). Refused within that
+  ceiling, it is a rate: the budget is spent at each
   episode, so the successes between the last two are the rate the server grants; the
   request limiter is capped at that rate times a call's latency, as with headers below,
   and the rate is probed upwards by 1% a second (nothing else says when it grows).
@@ -185,6 +186,8 @@ class AdaptiveConcurrency:
         self._tested: int | None = None  # in flight the server was seen to take: the ceiling less a fresh probe
         self._rate_episode = False  # the current 429 episode's refusals came within the ceiling
         self._episode_end = 0.0  # when the current 429 episode's pause ends (the clock)
+        self._episode_sent = 0  # requests out at its first refusal, that one included
+        self._episode_refused = 0  # its refusals so far
         self._quiet_since = 0.0  # when the last 429 came (the clock): the ceiling's probe waits from it
         self._probe_wait = CEILING_PROBE  # doubles with each episode that refuses more in flight
         self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
@@ -237,18 +240,23 @@ class AdaptiveConcurrency:
         pause's end (the server said its budget would be back by then: it refuses the
         requests sent at once, not their pace), or with more in flight than it took; a
         rate: refused with nothing else in flight, or within what it took. A cap's
-        refusals lower the ceiling to the fewest others in flight they met."""
+        episode lowers the ceiling to the requests it took."""
         now = self._quiet_since = self.clock()
         if now >= self._episode_end:
             resuming = self._latency is not None and now < self._episode_end + self._latency
             self._episode_end = now + pause
+            self._episode_sent, self._episode_refused = in_flight, 0
             self._rate_episode = in_flight <= 1 or (
                 not resuming and self._tested is not None and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
             self._learn_granted_rate(learn=self._rate_episode)
+        self._episode_refused += 1
         if not self._rate_episode:
-            self._ceiling = max(1, in_flight - 1 if self._ceiling is None else min(self._ceiling, in_flight - 1))
+            # The requests out when the episode began, less those it refused, were taken (counted
+            # so, not by the requests still out: a busy client reads some answers meanwhile).
+            taken = max(1, self._episode_sent - self._episode_refused)
+            self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
             self._tested = self._ceiling
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
