@@ -260,11 +260,12 @@ class AdaptiveConcurrency:
             self._tested = self._ceiling
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
-        """A 429 that opens a new window: the server's budget is spent now, as it was at
-        the last such 429, so what it admitted in between is what it grants in that time
-        (less, if its budget filled up unused meanwhile: a floor of its rate). Admitted
-        requests are answered a latency later, so the count is taken then: the successes
-        from a latency after the last such 429 to a latency after this one."""
+        """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
+        is spent now, as it was at the last episode, so what it admitted in between is
+        what it grants in that time (less, if its budget filled up unused meanwhile: a
+        floor of its rate). Admitted requests are answered a latency later, so the count
+        is taken then: the successes from a latency after the last episode to a latency
+        after this one."""
         now = self.clock()
         if learn and self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
             asyncio.get_running_loop().call_later(
