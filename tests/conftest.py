@@ -134,3 +134,21 @@ def egeo_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int) -> 
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(rows)), encoding="utf-8")
     return tmp_path
+
+
+def cache_entries(directory: Path) -> list[dict[str, Any]]:
+    """Every entry line the answer cache at `directory` holds (llm/cache.py: JSON lines in
+    `answers/*.jsonl`), parsed, in file order."""
+    return [json.loads(line) for segment in sorted((directory / "answers").glob("*.jsonl"))
+            for line in segment.read_bytes().splitlines() if line]
+
+
+def rewrite_cache_entries(directory: Path, change: Any) -> int:
+    """Replace each entry line in the cache at `directory` by `change(entry)` (a planted
+    entry), written as the cache writes its lines (the key first); returns how many."""
+    count = 0
+    for segment in (directory / "answers").glob("*.jsonl"):
+        lines = [json.loads(line) for line in segment.read_bytes().splitlines() if line]
+        segment.write_text("".join(json.dumps(change(entry), separators=(",", ":")) + "\n" for entry in lines))
+        count += len(lines)
+    return count

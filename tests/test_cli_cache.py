@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import PROMPTS, GeoProject, egeo_workdir
+from conftest import PROMPTS, GeoProject, cache_entries, egeo_workdir
 from pytest_geo.cli import main
 
 
@@ -26,8 +26,8 @@ def evaluate(server: FakeOpenAI, capsys: pytest.CaptureFixture[str], *args: str)
     return out
 
 
-def entries(directory: Path) -> list[Path]:
-    return sorted(directory.rglob("*.json"))
+def entries(directory: Path) -> list[dict[str, object]]:
+    return cache_entries(directory)
 
 
 def test_a_rerun_is_answered_from_the_cache(

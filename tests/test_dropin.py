@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts, geo_rows
+from conftest import PROMPTS, SMOKE, GeoProject, cache_entries, copy_prompts, geo_rows
 from pytest_geo import cli
 from pytest_geo.settings import PACKAGED_PROMPTS
 
@@ -222,7 +222,7 @@ def test_geo_dataset_outside_uses_the_projects_cache(
     data = served_project.dataset(2, "elsewhere.jsonl")
     monkeypatch.chdir(project)
     served_project.run("--geo-dataset", str(data)).assert_outcomes(passed=2)
-    assert len(list((project / ".pytest_cache" / "d" / "geo").rglob("*.json"))) == 6  # 3 calls per row
+    assert len(cache_entries(project / ".pytest_cache" / "d" / "geo")) == 6  # 3 calls per row
     assert not (pytester.path / ".pytest_cache").exists()
     served_project.server.reset()
     served_project.run("--geo-dataset", str(data)).assert_outcomes(passed=2)

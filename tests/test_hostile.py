@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import copy_prompts
+from conftest import cache_entries, copy_prompts
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
@@ -187,9 +187,10 @@ def test_cache_entries_that_are_fifos_links_to_dev_zero_or_huge_are_misses(pytes
 def test_a_run_over_a_cache_with_planted_fifos_and_dev_zero_links_completes(served_project: Any) -> None:
     dataset = str(served_project.dataset(2))
     served_project.run(dataset).assert_outcomes(passed=2)
-    entries = sorted((served_project.pytester.path / ".pytest_cache").rglob("*.json"))
-    entries = [p for p in entries if "d/geo" in p.as_posix()]
-    assert len(entries) == 6
+    cache = served_project.pytester.path / ".pytest_cache" / "d" / "geo"
+    assert len(cache_entries(cache)) == 6
+    entries = sorted((cache / "answers").glob("*.jsonl"))  # the files holding them
+    assert entries
     for index, entry in enumerate(entries):
         entry.unlink()
         if index % 2:

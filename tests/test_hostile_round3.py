@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GeoProject, copy_prompts, geo_rows
+from conftest import GeoProject, copy_prompts, geo_rows, rewrite_cache_entries
 from pytest_geo import cli
 
 TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
@@ -122,11 +122,10 @@ def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest
 def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     served_project.run(dataset).assert_outcomes(passed=2)
-    entries = [p for p in (served_project.pytester.path / ".pytest_cache").rglob("*.json") if "d/geo" in p.as_posix()]
-    assert len(entries) == 6
-    for entry in entries:  # 10**400 tokens: json reads it, float() of it fails
-        planted = json.loads(entry.read_text())
-        entry.write_text(json.dumps({**planted, "prompt_tokens": 10**400}))
+    # 10**400 tokens: json reads it, float() of it fails
+    planted = rewrite_cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo",
+                                    lambda entry: {**entry, "prompt_tokens": 10**400})
+    assert planted == 6
     served_project.server.reset()
     result = served_project.run(dataset, "--geo-report", "r.json")
     result.assert_outcomes(passed=2)

@@ -1,10 +1,13 @@
-"""The response cache: keys, atomic entries, torn and corrupt files, errors not cached."""
+"""The response cache: keys, entries appended as whole lines, torn and corrupt lines and
+files, other processes' entries, errors not cached."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
+from pytest_geo.llm.usage import UsageClient
 
 MESSAGES = ({"role": "user", "content": "hello"},)
 
@@ -62,7 +66,7 @@ def test_errors_are_not_cached(tmp_path: Path) -> None:
     for _ in range(2):
         with pytest.raises(ModelError):
             asyncio.run(client.complete(request()))
-    assert inner.calls == 2 and not list(tmp_path.rglob("*.json"))
+    assert inner.calls == 2 and ResponseCache(tmp_path).keys() == set()
 
 
 def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
@@ -113,7 +117,10 @@ def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
     for thread in threads:
         thread.join()
     assert bad == []
-    assert len(list(tmp_path.rglob("*.json"))) == len(keys) and not list(tmp_path.rglob("*.tmp"))
+    assert ResponseCache(tmp_path).keys() == set(keys)
+    segments = list((tmp_path / "answers").glob("*.jsonl"))
+    assert len(segments) == 1  # one process: one file, whatever the threads
+    assert len(segments[0].read_bytes().splitlines()) == 6 * 15 * 20  # every write one whole line
 
 
 VALID_ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
@@ -157,3 +164,85 @@ def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
     cache.path(key).write_text(json.dumps(entry), encoding="utf-8")
     assert cache.get(key) == ChatResponse("answer", 0, 10**9 - 1, cached=True)
     assert cache.read(cache_key("http://b/v1", request())) is None  # absent: a plain miss, not counted
+
+
+def test_answers_are_appended_to_one_file_not_one_file_each(tmp_path: Path) -> None:
+    inner = Counting()
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    for n in range(50):
+        asyncio.run(client.complete(request(model=f"m{n}")))
+    asyncio.run(client.aclose())
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()] == ["answers/0.jsonl"]
+    rerun = Counting()
+    again = CachedClient(rerun, tmp_path, "http://a/v1")
+    answers = [asyncio.run(again.complete(request(model=f"m{n}"))) for n in range(50)]
+    assert rerun.calls == 0 and [a.text for a in answers] == [f"answer {n + 1}" for n in range(50)]
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from pytest_geo.llm.base import ChatResponse
+from pytest_geo.llm.cache import ResponseCache
+cache = ResponseCache(Path(sys.argv[1]))
+for n in range(200):
+    cache.put(f"{sys.argv[2]}{n:063d}", ChatResponse(sys.argv[2] * 3000, n, 1), "m")
+print("done", flush=True)
+sys.stdin.read()  # hold the segment until told to go
+"""
+
+
+def test_processes_writing_at_once_each_append_to_their_own_file(tmp_path: Path) -> None:
+    reader = ResponseCache(tmp_path)
+    assert reader.get("a" + "0" * 63) is None  # indexed before the others wrote
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for name in ("a", "b", "c")]
+    try:
+        assert [w.stdout.readline().strip() for w in writers if w.stdout] == ["done"] * 3
+        assert sorted(p.name for p in (tmp_path / "answers").iterdir()) == ["0.jsonl", "1.jsonl", "2.jsonl"]
+        for name in "abc":  # written by another process after this one looked: found on the miss
+            for n in (0, 199):
+                assert reader.get(f"{name}{n:063d}") == ChatResponse(name * 3000, n, 1, cached=True)
+    finally:
+        for writer in writers:
+            writer.communicate("")
+    assert len(reader.keys()) == 600
+
+
+def test_a_killed_writers_torn_line_is_ended_rejected_and_replaced(tmp_path: Path) -> None:
+    good, torn = cache_key("http://a/v1", request(model="good")), cache_key("http://a/v1", request())
+    (tmp_path / "answers").mkdir()
+    whole = json.dumps({"key": good, **VALID_ENTRY}, separators=(",", ":"))
+    (tmp_path / "answers" / "0.jsonl").write_text(whole + "\n" + whole.replace(good, torn)[:60])  # killed mid-line
+    cache = ResponseCache(tmp_path)
+    assert cache.get(good) == ChatResponse("answer", 3, 2, cached=True)
+    assert cache.read(torn) is None  # an unfinished line is not an entry yet
+    inner = Counting()
+    usage = UsageClient(CachedClient(inner, tmp_path, "http://a/v1"))
+    asyncio.run(usage.complete(request()))
+    lines = (tmp_path / "answers" / "0.jsonl").read_text().splitlines()
+    assert lines[1] == whole.replace(good, torn)[:60]  # ended with a newline before the next line
+    assert json.loads(lines[2])["key"] == torn
+    assert ResponseCache(tmp_path).get(torn) == ChatResponse("answer 1", 3, 2, cached=True)
+
+
+def test_a_planted_line_in_another_file_does_not_shadow_the_answer_that_replaced_it(tmp_path: Path) -> None:
+    key = cache_key("http://a/v1", request())
+    inner = Counting()
+    client = UsageClient(CachedClient(inner, tmp_path, "http://a/v1"))
+    (tmp_path / "answers").mkdir()
+    planted = json.dumps({"key": key, **VALID_ENTRY, "prompt_tokens": -1}, separators=(",", ":"))
+    (tmp_path / "answers" / "9.jsonl").write_text(planted + "\n")  # read after 0.jsonl, so last for the key
+    asyncio.run(client.complete(request()))
+    assert client.usage["ranker"]["cache_rejected"] == 1
+    assert ResponseCache(tmp_path).get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # a later run hits
+
+
+def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / "cache" / "answers").mkdir(parents=True)
+    (tmp_path / "cache" / "answers" / "0.jsonl").symlink_to(victim)
+    asyncio.run(CachedClient(Counting(), tmp_path / "cache", "http://a/v1").complete(request()))
+    assert victim.read_text() == "mine\n"
+    assert ResponseCache(tmp_path / "cache").keys() == {cache_key("http://a/v1", request())}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import GeoProject
+from conftest import GeoProject, cache_entries
 
 SENTINEL = "sk-sentinel-7f3a9c1e5b"
 
@@ -56,13 +56,13 @@ def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject)
     assert second["usage"]["ranker"]["cache_hits"] == 10 == second["usage"]["ranker"]["calls"]
     assert second["usage"]["ranker"]["prompt_tokens"] == 0 < first["usage"]["ranker"]["prompt_tokens"]
     result.stdout.fnmatch_lines(["model usage:", "  ranker: calls=10 cache_hits=10 retries=0 *"])
-    assert list((served_project.pytester.path / ".pytest_cache" / "d" / "geo").rglob("*.json"))
+    assert cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo")
 
 
 def test_no_cache_and_cache_dir_flags(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     served_project.run(dataset, "--geo-cache-dir", "answers").assert_outcomes(passed=2)
-    assert len(list((served_project.pytester.path / "answers").rglob("*.json"))) == 6
+    assert len(cache_entries(served_project.pytester.path / "answers")) == 6
     served_project.server.reset()
     served_project.run(dataset, "--geo-cache-dir", "answers", "--geo-no-cache").assert_outcomes(passed=2)
     assert len(served_project.server.requests) == 6
@@ -74,7 +74,7 @@ def test_cache_works_without_the_cacheprovider(served_project: GeoProject) -> No
     for _ in range(2):
         served_project.run(dataset, "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert len(served_project.server.requests) == 3
-    assert list((served_project.pytester.path / ".pytest_cache" / "d" / "geo").rglob("*.json"))
+    assert cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo")
     # pytest would have git-ignored the directory had it made it; so do we
     assert (served_project.pytester.path / ".pytest_cache" / ".gitignore").read_text().endswith("*\n")
 
@@ -157,7 +157,7 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     result.assert_outcomes(failed=1, skipped=3)  # a refused key on the first call stops the run
     result.stdout.fnmatch_lines(["*HTTP 401 (Incorrect API key provided: ?key?.)*"])
     files = [p for p in served_project.pytester.path.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".json" and "d/geo" in p.as_posix() for p in files)
+    assert any(p.suffix == ".jsonl" and "d/geo" in p.as_posix() for p in files)
     assert {"junit.xml", "run.log", "rep.json"} <= {p.name for p in files}
     assert "HTTP Request: POST" in (served_project.pytester.path / "run.log").read_text()  # debug logs were on
     texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in files]
@@ -181,7 +181,7 @@ def test_a_key_echoed_in_answers_reaches_no_file_and_no_output(
     assert served_project.server.requests[0]["headers"]["authorization"] == f"Bearer {SENTINEL}"
     written = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in before]
     assert {"rep.json", "rep.html", "junit.xml"} <= {p.name for p in written}
-    assert len([p for p in written if "d/geo" in p.as_posix()]) == 9  # one cache entry per call
+    assert len(cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo")) == 9  # one per call
     texts = [result.stdout.str(), result.stderr.str()] + [p.read_text("utf-8", errors="replace") for p in written]
     assert not [t for t in texts if SENTINEL in t or "sentinel" in t]
     assert "Bearer [key]" in (served_project.pytester.path / "rep.json").read_text()  # the echo, scrubbed

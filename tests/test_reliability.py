@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import GeoProject
+from conftest import GeoProject, cache_entries
 
 
 def test_soak_every_row_is_reported_through_random_faults(served_project: GeoProject) -> None:
@@ -64,7 +64,7 @@ def test_kill_9_mid_run_leaves_the_cache_usable(served_project: GeoProject) -> N
         process.kill()
     assert process.returncode == -signal.SIGKILL
     cache = served_project.pytester.path / "cache"
-    entries = [p for p in cache.rglob("*") if p.is_file() and p.suffix == ".json"]
+    entries = cache_entries(cache)
     assert entries, "the killed run had cached some answers"
     before = len(served_project.server.requests)
     result = served_project.run(dataset, "--geo-cache-dir", "cache", "--geo-report", "rep.json")

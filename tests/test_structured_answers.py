@@ -14,7 +14,7 @@ import openai
 import pytest
 from fake_openai import FakeOpenAI, structured_answer
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, cache_entries, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.engine.answer_schemas import proposal_schema, ranking_schema, rewrite_schema
 from pytest_geo.engine.experiment import GeoEngine
@@ -175,7 +175,7 @@ def test_an_answer_over_the_size_cap_is_a_row_error_never_cached_or_reported_who
     kept = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "rewriter"]
     assert [len(a) for a in kept] == [4096 + len("\n[answer cut here in this report: 2,097,181 characters in all]")] * 2
     assert all(a.endswith("\n[answer cut here in this report: 2,097,181 characters in all]") for a in kept)
-    assert max(f.stat().st_size for f in (path / "cache").rglob("*.json")) < 10_000
+    assert max(len(json.dumps(entry)) for entry in cache_entries(path / "cache")) < 10_000
     served_project.server.reset()
     served_project.server.fault_for = lambda body: "huge" if "rewritten_description" in json.dumps(body) else None
     served_project.pytester.runpytest(*args).assert_outcomes(failed=2)

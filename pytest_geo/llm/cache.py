@@ -1,15 +1,24 @@
 """An on-disk cache of model answers, as a wrapper around any client.
 
 Hand-written rather than `diskcache`: diskcache pickles values, so a cache directory
-shared between CI jobs would become a code-execution vector. Here each entry is one small
-JSON file named by the sha256 of the request, written to a temp file in the same
-directory and then renamed over the final name (`os.replace` is atomic on POSIX and
-Windows). Threads, xdist workers and a process killed mid-write can therefore never
-leave a torn entry under a final name; a temp file is never read (a killed writer's is
-removed by the next run once it is an hour old), and an entry that cannot be read or
-parsed, or whose fields are not what `put` writes (a planted `prompt_tokens` of 10**400
-would fail every row reading it, one of 10**30 would claim trillions saved), is rejected:
-a miss, overwritten by the live answer and counted (`cache_rejected` in the usage).
+shared between CI jobs would become a code-execution vector. Entries are JSON lines
+appended to segment files, `<dir>/answers/<n>.jsonl`: creating a file per answer cost
+the kernel more CPU than everything else the cache does (README, "Client CPU per model
+call"), an append costs a few microseconds. Each process appends to a segment no other
+process holds (an exclusive `flock` for its lifetime), each entry in one `write` of one
+whole line, so xdist workers and parallel runs never interleave, and a process killed
+mid-write leaves at most a torn last line: never indexed, or, once the next holder ends
+it with a newline, a line that is rejected like any corrupt entry. Segments are only ever
+appended to. The index (key -> where its line is) is built on first use by reading the
+segments, and on a miss the segments that grew since (another process's answers) are
+read again, so a worker sees what another wrote meanwhile.
+
+Entries written by earlier versions, one JSON file per key at `<dir>/<key[:2]>/<key>.json`,
+are still read on a miss in the segments (their writers' temp files, left by a kill, are
+removed once an hour old). An entry that cannot be read or parsed, or whose fields are
+not what `put` writes (a planted `prompt_tokens` of 10**400 would fail every row reading
+it, one of 10**30 would claim trillions saved), is rejected: a miss, superseded by the
+live answer appended after it and counted (`cache_rejected` in the usage).
 
 The key covers the base URL and the body as sent (model, messages and every parameter
 the model's profile sent, after any change a refusal taught: llm/healing.py; so the output
@@ -21,14 +30,18 @@ next: one cut at the output cap, or over the answer size cap (MAX_ANSWER_CHARS).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import stat
+import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.data.files import open_regular, write_text_atomic
+from pytest_geo.data.files import open_regular
 from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.profiles import sent_body
 
@@ -38,6 +51,12 @@ MAX_ENTRY_BYTES = 8 << 20  # an answer is kilobytes; anything larger is not ours
 MAX_TOKENS = 10**9  # per call; no context window comes near it
 ENTRY_FIELDS = {"key": str, "model": str, "text": str, "prompt_tokens": int, "completion_tokens": int}
 REJECTED = "rejected"  # `ResponseCache.read`: an entry is there, but not one `put` wrote
+SEGMENTS = "answers"
+SEGMENT_SUFFIX = ".jsonl"
+MAX_SEGMENTS = 1024  # processes writing one cache at once
+LINE_PREFIX = b'{"key":"'  # how `put` starts a line: the key, then the other fields
+KEY_END = len(LINE_PREFIX) + 64  # a sha256 in hex
+READ_CHUNK = MAX_ENTRY_BYTES + 1  # a chunk holds any whole entry and its newline
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
@@ -64,12 +83,23 @@ def make_ignored_pytest_cache(directory: Path) -> None:
 
 
 class ResponseCache:
-    """The directory of entries: `<dir>/<key[:2]>/<key>.json`."""
+    """Segments of entries under `<dir>/answers/`, and the legacy per-key files
+    `<dir>/<key[:2]>/<key>.json` (read only). Safe to share between threads."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        self.segments_dir = self.directory / SEGMENTS
+        self._lock = threading.Lock()
+        self._index: dict[str, Location] | None = None  # key -> its last line
+        self._older: dict[str, list[Location]] = {}  # key -> its earlier lines, for the few keys with more
+        self._segments: dict[str, _Segment] = {}  # by file name
+        self._skipped: set[str] = set()  # names that are not regular files: never read
+        self._listed: int | None = None  # the segments directory's mtime when last listed
+        self._writer: _Segment | None = None
+        self._unwritable = False
 
     def path(self, key: str) -> Path:
+        """Where an earlier version kept the entry (read on a miss in the segments)."""
         return self.directory / key[:2] / f"{key}.json"
 
     def remove_stale_temps(self, now: float | None = None) -> int:
@@ -95,6 +125,194 @@ class ResponseCache:
         corrupt, larger than MAX_ENTRY_BYTES, not a regular file (a FIFO or a link to
         /dev/zero planted in a shared cache must neither block the run nor fill its
         memory), or not exactly the fields `put` writes, with their types and bounds."""
+        with self._lock:
+            at = self._find(key)
+            older = self._older.get(key, [])
+        if at is None:
+            return self._read_legacy(key)
+        found = _entry(_pread(at), key)
+        for other in reversed(older):  # an earlier line for the key, when the last is rejected
+            if isinstance(found, ChatResponse):
+                break
+            found = _entry(_pread(other), key)
+        return found
+
+    def put(self, key: str, response: ChatResponse, model: str) -> None:
+        """Best effort: a cache that cannot be written (read-only checkout, full disk)
+        only costs a repeated call next time."""
+        entry = {"key": key, "model": model, "text": response.text,
+                 "prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        with self._lock:
+            index = self._loaded()
+            writer = self._writer or self._open_writer()
+            if writer is None:
+                return
+            offset = writer.scanned
+            try:
+                _write_all(writer.fd, line)
+            except OSError:
+                self._unwritable = True  # a full disk: the rest of the run writes nothing
+                return
+            writer.scanned = offset + len(line)
+            index[key] = (writer, offset, len(line) - 1)
+
+    def keys(self) -> set[str]:
+        """The keys with a line in the segments (what a run wrote; tests count them)."""
+        with self._lock:
+            if self._index is not None:
+                self._read_new_lines()
+            return set(self._loaded())
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in self._segments.values():
+                os.close(segment.fd)
+            self._segments.clear()
+            self._older.clear()
+            self._writer = None
+            self._index = None
+            self._listed = None
+
+    def _loaded(self) -> dict[str, Location]:
+        if self._index is None:
+            self._index = {}
+            self._read_new_lines()
+        return self._index
+
+    def _find(self, key: str) -> Location | None:
+        index = self._loaded()
+        at = index.get(key)
+        if at is None:  # written by another process since we looked?
+            self._read_new_lines()
+            at = index.get(key)
+        return at
+
+    def _read_new_lines(self) -> None:
+        """Index the lines appended since the last look, and any new segment's."""
+        try:
+            listed = os.stat(self.segments_dir).st_mtime_ns
+        except OSError:
+            return
+        if listed != self._listed:
+            self._listed = listed
+            self._open_new_segments()
+        for segment in self._segments.values():
+            if segment is not self._writer:
+                self._index_lines(segment)
+
+    def _open_new_segments(self) -> None:
+        try:
+            names = sorted(entry.name for entry in os.scandir(self.segments_dir)
+                           if entry.name.endswith(SEGMENT_SUFFIX))
+        except OSError:
+            return
+        for name in names:
+            if name in self._segments or name in self._skipped:
+                continue
+            try:
+                with open_regular(self.segments_dir / name) as handle:
+                    fd = os.dup(handle.fileno())
+            except OSError:  # a FIFO, a device, a directory, gone meanwhile
+                self._skipped.add(name)
+                continue
+            self._segments[name] = _Segment(name, fd)
+
+    def _index_lines(self, segment: _Segment) -> None:
+        """Read `segment` from where the last look stopped; index each whole line that
+        starts as `put` writes one. An unfinished last line (a write in progress, or a
+        writer killed mid-line) is left for a later look."""
+        try:
+            size = os.fstat(segment.fd).st_size
+        except OSError:
+            return
+        index = self._loaded()
+        while segment.scanned < size:
+            chunk = os.pread(segment.fd, min(size - segment.scanned, READ_CHUNK), segment.scanned)
+            if not chunk:
+                return
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                if chunk.startswith(LINE_PREFIX, start) and chunk[start + KEY_END:start + KEY_END + 1] == b'"':
+                    key = chunk[start + len(LINE_PREFIX):start + KEY_END].decode("ascii", "replace")
+                    if key in index:  # kept: a later line may be rejected (planted, torn)
+                        self._older.setdefault(key, []).append(index[key])
+                    index[key] = (segment, segment.scanned + start, end - start)
+                start = end + 1
+            if start == 0:  # no line ends in this chunk: a line longer than any entry
+                if len(chunk) < READ_CHUNK:
+                    return  # unfinished: look again later
+                segment.scanned = self._skip_line(segment, segment.scanned + len(chunk), size)
+                continue
+            segment.scanned += start
+
+    @staticmethod
+    def _skip_line(segment: _Segment, offset: int, size: int) -> int:
+        """Past the end of an over-long line (it is never indexed: its key, if any, misses)."""
+        while offset < size:
+            chunk = os.pread(segment.fd, min(size - offset, READ_CHUNK), offset)
+            if not chunk:
+                break
+            end = chunk.find(b"\n")
+            if end != -1:
+                return offset + end + 1
+            offset += len(chunk)
+        return offset
+
+    def _open_writer(self) -> _Segment | None:
+        """This process's segment: the first `<n>.jsonl` no live process holds, held with
+        an exclusive lock until the process ends. None when none can be had."""
+        if self._unwritable:
+            return None
+        try:
+            self.segments_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            self._unwritable = True
+            return None
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        for number in range(MAX_SEGMENTS):
+            name = f"{number}{SEGMENT_SUFFIX}"
+            if name in self._skipped:
+                continue
+            try:
+                fd = os.open(self.segments_dir / name, flags, 0o666)
+            except OSError:  # a link planted there (O_NOFOLLOW), no permission: not ours to write
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held by another process
+                os.close(fd)
+                continue
+            os.set_blocking(fd, True)
+            return self._take(name, fd)
+        self._unwritable = True
+        return None
+
+    def _take(self, name: str, fd: int) -> _Segment | None:
+        """Make the locked segment `name` (open as `fd`) this process's: index what its
+        earlier holders wrote, and end a line a killed one left unfinished."""
+        segment = self._segments.get(name)
+        if segment is None:
+            segment = self._segments[name] = _Segment(name, fd)
+        else:  # indexed already: read on through the locked descriptor
+            os.close(segment.fd)
+            segment.fd = fd
+        self._index_lines(segment)
+        try:
+            size = os.fstat(fd).st_size
+            if size > segment.scanned:  # an unfinished last line
+                _write_all(fd, b"\n")
+                self._index_lines(segment)
+        except OSError:
+            self._unwritable = True
+            return None
+        self._writer = segment
+        return segment
+
+    def _read_legacy(self, key: str) -> ChatResponse | str | None:
         try:
             with open_regular(self.path(key)) as handle:
                 data = handle.read(MAX_ENTRY_BYTES + 1)
@@ -102,25 +320,45 @@ class ResponseCache:
             return None
         except OSError:
             return REJECTED
-        try:
-            entry: Any = json.loads(data.decode("utf-8")) if len(data) <= MAX_ENTRY_BYTES else None
-        except ValueError:  # not UTF-8, not JSON, or an integer of more than 4,300 digits
-            return REJECTED
-        if not _is_entry(entry, key):
-            return REJECTED
-        return ChatResponse(text=entry["text"], prompt_tokens=entry["prompt_tokens"],
-                            completion_tokens=entry["completion_tokens"], cached=True)
+        return _entry(data, key)
 
-    def put(self, key: str, response: ChatResponse, model: str) -> None:
-        """Best effort: a cache that cannot be written (read-only checkout, full disk)
-        only costs a repeated call next time."""
-        target = self.path(key)
-        entry = {"key": key, "model": model, "text": response.text,
-                 "prompt_tokens": response.prompt_tokens, "completion_tokens": response.completion_tokens}
-        try:
-            write_text_atomic(target, json.dumps(entry, ensure_ascii=False, sort_keys=True), durable=False)
-        except OSError:
-            return
+
+@dataclass
+class _Segment:
+    name: str
+    fd: int
+    scanned: int = 0  # where the next unread line starts
+
+
+Location = tuple[_Segment, int, int]  # (segment, offset, length) of an entry's line
+
+
+def _pread(at: Location) -> bytes | None:
+    segment, offset, length = at
+    try:
+        return os.pread(segment.fd, length, offset)
+    except OSError:  # closed meanwhile, or unreadable
+        return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _entry(data: bytes | None, key: str) -> ChatResponse | str:
+    """The entry `data` holds for `key`, or REJECTED (also when it could not be read)."""
+    if data is None or len(data) > MAX_ENTRY_BYTES:
+        return REJECTED
+    try:
+        entry: Any = json.loads(data.decode("utf-8"))
+    except ValueError:  # not UTF-8, not JSON, or an integer of more than 4,300 digits
+        return REJECTED
+    if not _is_entry(entry, key):
+        return REJECTED
+    return ChatResponse(text=entry["text"], prompt_tokens=entry["prompt_tokens"],
+                        completion_tokens=entry["completion_tokens"], cached=True)
 
 
 def _is_entry(entry: Any, key: str) -> bool:
@@ -155,4 +393,7 @@ class CachedClient:
         return replace(response, cache_rejected=True) if found == REJECTED else response
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        try:
+            await self.inner.aclose()
+        finally:
+            self.cache.close()
