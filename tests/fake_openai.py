@@ -34,7 +34,9 @@ Structured answers and the output cap, as OpenAI documents them: a `response_for
 enum). With `refuse_response_format` set, any `response_format` is refused as a server
 without it refuses it (400 `unsupported_parameter`). An answer longer than `max_tokens`
 (or `max_completion_tokens`), counted as usage counts them, is cut there with
-`finish_reason: "length"`. Fault "huge": a rewrite of 2 MiB.
+`finish_reason: "length"`. Fault "huge": a rewrite of 2 MiB; "odd_types": a 200 whose
+answer and token counts are not text and numbers; "json_as_text": a good answer served as
+`text/plain`.
 
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
@@ -63,7 +65,7 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key", "huge")
+          "echo_key", "huge", "odd_types", "json_as_text")
 HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
@@ -570,8 +572,15 @@ class _Handler(BaseHTTPRequestHandler):
             if refusal is not None:
                 self._send(400, refusal)
                 return
+            if fault == "odd_types":  # a 200 whose fields are not of their types
+                self._send(200, {"choices": [{"message": {"content": ["not", "text"]}, "finish_reason": 7}],
+                                 "usage": {"prompt_tokens": "12", "completion_tokens": True}})
+                return
             headers = {k.lower(): v for k, v in self.headers.items()}
             answer = completion(body, fault, len(server.requests), headers)
+            if fault == "json_as_text":  # a good answer, served as text/plain as some proxies do
+                self._send_bytes(200, json.dumps(answer).encode("utf-8"), content_type="text/plain")
+                return
             with server.lock:
                 for name in server.billed:
                     server.billed[name] += answer["usage"][name]

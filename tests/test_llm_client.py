@@ -34,6 +34,18 @@ def test_answer_and_tokens(fake_openai: FakeOpenAI) -> None:
     assert response.prompt_tokens > 0 and response.completion_tokens > 0 and response.retries == 0
 
 
+def test_an_answer_served_as_text_plain_is_read(fake_openai: FakeOpenAI) -> None:
+    fake_openai.fail_next("json_as_text")
+    response = ask(fake_openai)
+    assert '"ordered_ids": ["a"]' in response.text and response.prompt_tokens > 0 and response.retries == 0
+
+
+def test_answer_fields_not_of_their_types_read_as_none(fake_openai: FakeOpenAI) -> None:
+    fake_openai.fail_next("odd_types")
+    response = ask(fake_openai)
+    assert (response.text, response.prompt_tokens, response.completion_tokens, response.finish_reason) == ("", 0, 0, None)
+
+
 @pytest.mark.parametrize("fault", ["429", "500", "drop", "slow"])
 def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault: str) -> None:
     fake_openai.slow_seconds = 1.5

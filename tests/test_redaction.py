@@ -108,7 +108,7 @@ def test_no_file_the_run_writes_nor_the_terminal_holds_the_key_in_any_form(
     inputs = {served_project.pytester.path / "rows.jsonl"}
     files = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in inputs
              and "prompts" not in p.parts]
-    assert {p.name for p in files} >= {"r.json", "r.html", "j.xml"} and any(p.suffix == ".json" and "geo" in p.parts
+    assert {p.name for p in files} >= {"r.json", "r.html", "j.xml"} and any(p.suffix == ".jsonl" and "geo" in p.parts
                                                                            for p in files)  # cache entries
     texts = {str(p): p.read_text(encoding="utf-8", errors="replace") for p in files}
     texts.update(stdout=result.stdout.str(), stderr=result.stderr.str())

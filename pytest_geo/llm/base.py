@@ -39,6 +39,9 @@ class ChatRequest:
 # An answer longer than this (in characters) is never parsed, cached or reported whole:
 # answers are kilobytes, and an answer is parsed on the loop every row shares.
 MAX_ANSWER_CHARS = 1 << 20
+# Tokens of one call, prompt or completion: no context window comes near it; a count at or
+# over it (a server's, a cache entry's) is not believed.
+MAX_TOKENS = 10**9
 
 
 @dataclass(frozen=True)

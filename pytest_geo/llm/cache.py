@@ -42,13 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import open_regular
-from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse
+from pytest_geo.llm.base import MAX_ANSWER_CHARS, MAX_TOKENS, ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.profiles import sent_body
 
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
 STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
 MAX_ENTRY_BYTES = 8 << 20  # an answer is kilobytes; anything larger is not ours
-MAX_TOKENS = 10**9  # per call; no context window comes near it
 ENTRY_FIELDS = {"key": str, "model": str, "text": str, "prompt_tokens": int, "completion_tokens": int}
 REJECTED = "rejected"  # `ResponseCache.read`: an entry is there, but not one `put` wrote
 SEGMENTS = "answers"

@@ -9,16 +9,16 @@ header, which an httpx request hook reads into a per-call context variable.
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from pytest_geo.llm import redaction
-from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
+from pytest_geo.llm.base import MAX_TOKENS, ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.profiles import Refusal, sent_body
 from pytest_geo.settings import DEFAULT_BASE_URL
 from pytest_geo.text import shorten
@@ -125,28 +125,28 @@ class OpenAIChatClient:
                 _attempts.reset(token)
             except ValueError:  # closed outside its task (a loop shut down mid-call): no count to keep
                 pass
-        choices = getattr(completion, "choices", None) or []
-        message = getattr(choices[0], "message", None) if choices else None
-        usage = getattr(completion, "usage", None)
+        text, prompt_tokens, completion_tokens, finish_reason = completion_fields(completion)
         return ChatResponse(
             # An answer can quote the request (a proxy echoing headers, a model shown the
             # key): it goes to the terminal, reports and the cache, so the key never does.
-            text=self.redact(getattr(message, "content", None) or ""),
-            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            text=self.redact(text),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             retries=_retries(attempts),
-            finish_reason=getattr(choices[0], "finish_reason", None) if choices else None,
+            finish_reason=finish_reason,
         )
 
     async def _post(self, request: ChatRequest, client: Any = None) -> Any:
         # `post` rather than `chat.completions.create`: the same SDK request (auth,
-        # retries, errors, typed ChatCompletion), without create()'s TypedDict
-        # transform of the messages, which walks every variant of the message union
-        # and was the largest CPU cost per call (our messages are plain text).
+        # retries, errors), without create()'s TypedDict transform of the messages, which
+        # walks every variant of the message union and was the largest CPU cost per call
+        # (our messages are plain text). `cast_to=object`: the SDK hands back the decoded
+        # JSON as it is, and the four fields read from it (`completion_fields`) skip
+        # building a `ChatCompletion` model of every field of the answer.
         completion = await (client or self._client).post(
             "/chat/completions",
             body=sent_body(request),
-            cast_to=ChatCompletion,
+            cast_to=object,
         )
         self._reached = True
         return completion
@@ -194,6 +194,31 @@ class OpenAIChatClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def completion_fields(completion: object) -> tuple[str, int, int, str | None]:
+    """The answer's text, prompt and completion tokens and finish reason, read from a chat
+    completion's JSON (a server's, so untrusted): a field that is missing or not of its
+    type reads as none (no text, 0 tokens), never as an error."""
+    if isinstance(completion, (str, bytes)):  # JSON served under another content type
+        try:
+            completion = json.loads(completion)
+        except ValueError:
+            completion = None
+    body: dict[str, Any] = completion if isinstance(completion, dict) else {}
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    choice: dict[str, Any] = first if isinstance(first, dict) else {}
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    usage: dict[str, Any] = body["usage"] if isinstance(body.get("usage"), dict) else {}
+    finish = choice.get("finish_reason")
+    return (text if isinstance(text, str) else "", _token_count(usage.get("prompt_tokens")),
+            _token_count(usage.get("completion_tokens")), finish if isinstance(finish, str) else None)
+
+
+def _token_count(value: object) -> int:
+    return value if type(value) is int and 0 <= value < MAX_TOKENS else 0
 
 
 FATAL_STATUS = {401: "the key was refused", 403: "the key was refused", 404: "model or endpoint not found"}

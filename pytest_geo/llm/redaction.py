@@ -82,18 +82,19 @@ class DecodedView:
         return at if first else at + 1
 
 
-def base64_forms(secret: str) -> list[str]:
+@functools.lru_cache(maxsize=8)  # a run has one key: computed once, not per answer
+def base64_forms(secret: str) -> tuple[str, ...]:
     """The base64 characters that encode only `secret`'s bytes, for each of the three
     alignments it can have inside a longer encoded string, standard and URL-safe."""
     data = secret.encode("utf-8")
     if len(data) < MIN_BASE64_SECRET:
-        return []
+        return ()
     forms = []
     for shift in range(3):
         encoded = base64.b64encode(bytes(shift) + data).decode("ascii")
         core = encoded[-(-8 * shift // 6):8 * (shift + len(data)) // 6]
         forms += [core, core.translate(str.maketrans("+/", "-_"))]
-    return list(dict.fromkeys(forms))
+    return tuple(dict.fromkeys(forms))
 
 
 def spans_in(text: str, finders: list[Finder], layers: int = MAX_LAYERS) -> list[list[Span]]:
