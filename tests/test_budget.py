@@ -462,3 +462,48 @@ def test_the_newest_waiting_call_goes_first() -> None:
 
     asyncio.run(run())
     assert backend.order == ["first", "newest", "newer", "older"]
+
+
+SHARED: list[Ledger] = []  # a ledger opened before the fork, inherited by the children
+
+
+def _spend_inherited(seed: int, results: Any) -> None:
+    ledger = SHARED[0]
+    rng = random.Random(seed)
+    spent = Cost()
+    for _ in range(200):
+        worst = Cost(rng.randint(1_000, 5_000), 1)
+        if ledger.reserve(worst, lambda left: "reached") is None:
+            actual = Cost(rng.randint(0, worst.nanousd), 1)
+            ledger.settle(worst, actual)
+            spent += actual
+    results.put(spent.nanousd)
+
+
+def test_a_ledger_open_before_a_fork_still_excludes_the_children(tmp_path: Path) -> None:
+    path = Ledger.create(tmp_path)
+    SHARED[:] = [Ledger(BudgetLimits(nanousd=10**12), path)]
+    SHARED[0].status()  # opened here: a child that locked the inherited file would not exclude its siblings
+    context = multiprocessing.get_context("fork")
+    results: Any = context.Queue()
+    workers = [context.Process(target=_spend_inherited, args=(seed, results)) for seed in range(4)]
+    for worker in workers:
+        worker.start()
+    spent = sum(results.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join()
+    assert Ledger(BudgetLimits(nanousd=10**12), path).status().spent == Cost(spent, 800)  # no update lost
+
+
+def test_the_ledger_is_rewritten_in_place_and_only_when_it_changed(tmp_path: Path) -> None:
+    path = Ledger.create(tmp_path)
+    ledger = Ledger(BudgetLimits(tokens=1000), path)
+    assert ledger.reserve(Cost(0, 600), lambda left: "reached") is None
+    held = path.read_bytes()
+    ledger.status()
+    assert path.read_bytes() == held  # a read writes nothing
+    ledger.settle(Cost(0, 600), Cost(0, 25))
+    settled = path.read_bytes()
+    assert len(settled) == len(held) and settled.endswith(b" ")  # shorter text, padded where it was
+    assert json.loads(settled)["spent"] == [0, 25] and json.loads(settled)["reserved"] == {}
+    assert Ledger(BudgetLimits(tokens=1000), path).status().spent == Cost(0, 25)

@@ -246,3 +246,18 @@ def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) ->
     asyncio.run(CachedClient(Counting(), tmp_path / "cache", "http://a/v1").complete(request()))
     assert victim.read_text() == "mine\n"
     assert ResponseCache(tmp_path / "cache").keys() == {cache_key("http://a/v1", request())}
+
+
+def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    cache.put("a" * 64, ChatResponse("parent", 1, 1), "m")
+    pid = os.fork()
+    if pid == 0:  # the child: its lock on the inherited file would be the parent's
+        cache.put("b" * 64, ChatResponse("child", 1, 1), "m")
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    cache.put("c" * 64, ChatResponse("parent again", 1, 1), "m")
+    assert sorted(p.name for p in (tmp_path / "answers").iterdir()) == ["0.jsonl", "1.jsonl"]
+    assert [json.loads(line)["key"][0] for line in (tmp_path / "answers" / "0.jsonl").read_text().splitlines()] == ["a", "c"]
+    fresh = ResponseCache(tmp_path)
+    assert [fresh.get(k * 64).text for k in "abc"] == ["parent", "child", "parent again"]  # type: ignore[union-attr]

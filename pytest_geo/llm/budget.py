@@ -184,7 +184,10 @@ class BudgetClient:
                 f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left")
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        try:
+            await self.inner.aclose()
+        finally:
+            self.ledger.close()
 
 
 def describe(cost: Cost) -> str:
@@ -228,4 +231,8 @@ def budget_status(settings: Settings) -> BudgetStatus | None:
         return None
     if settings.budget_ledger is None or settings.mock:
         return BudgetStatus(limits, Cost(), Cost(), 0, None)
-    return Ledger(limits, settings.budget_ledger).status()
+    ledger = Ledger(limits, settings.budget_ledger)
+    try:
+        return ledger.status()
+    finally:
+        ledger.close()

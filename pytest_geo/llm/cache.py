@@ -144,6 +144,8 @@ class ResponseCache:
         line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
         with self._lock:
             index = self._loaded()
+            if self._writer is not None and self._writer.pid != os.getpid():
+                self._writer = None  # a forked child shares the parent's lock: it takes its own segment
             writer = self._writer or self._open_writer()
             if writer is None:
                 return
@@ -308,6 +310,7 @@ class ResponseCache:
         except OSError:
             self._unwritable = True
             return None
+        segment.pid = os.getpid()
         self._writer = segment
         return segment
 
@@ -327,6 +330,7 @@ class _Segment:
     name: str
     fd: int
     scanned: int = 0  # where the next unread line starts
+    pid: int = 0  # the process that locked it to write, if one of ours did
 
 
 Location = tuple[_Segment, int, int]  # (segment, offset, length) of an entry's line

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pytest_geo.llm.prices import NANO_PER_DOLLAR, format_dollars
 from pytest_geo.settings import Settings
@@ -146,6 +146,8 @@ class Ledger:
         self.path = path
         self._memory = LedgerState()
         self.owner = str(os.getpid())
+        self._file: BinaryIO | None = None
+        self._opened_by = 0  # the process that opened it: a lock is shared with a forked child
 
     @staticmethod
     def create(directory: Path | None = None) -> Path:
@@ -156,20 +158,37 @@ class Ledger:
         return Path(name)
 
     def _transact(self, change: Callable[[LedgerState], T]) -> T:
+        """`change` applied to the state under the file's lock. The file stays open for
+        the ledger's life (a budgeted call makes two transactions: opening the file each
+        time cost more than the rest of them), is written only when the state changed,
+        and in place: the new text padded with spaces to the old one's length (JSON allows
+        them), so it is one write and the file's blocks are never freed and allocated
+        again. A write cut short (a kill) leaves text that does not parse: unreadable."""
         if self.path is None:
             return change(self._memory)
-        with self.path.open("r+", encoding="utf-8") as file:
-            fcntl.flock(file, fcntl.LOCK_EX)  # released when the file closes
-            text = file.read()
+        if self._file is None or self._opened_by != os.getpid():  # a forked child locks its own
+            self._file = self.path.open("r+b", buffering=0)
+            self._opened_by = os.getpid()
+        fd = self._file.fileno()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
             try:
-                state = LedgerState.from_json(text)
+                state = LedgerState.from_json(data.decode("utf-8"))
             except (ValueError, KeyError, TypeError):  # a process killed mid-write: spend nothing more
                 state = LedgerState(reached=f"budget ledger {self.path} is unreadable: no more calls are sent")
             result = change(state)
-            file.seek(0)
-            file.truncate()
-            file.write(state.to_json())
+            text = state.to_json().encode("utf-8")
+            if text != data.rstrip(b" "):
+                os.pwrite(fd, text.ljust(len(data)), 0)
             return result
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def reserve(self, worst: Cost, refusal: Callable[[Cost], str]) -> str | None:
         """Hold `worst` for a call: None once held; WAIT while it fits only once reservations
