@@ -96,6 +96,7 @@ class ResponseCache:
         self._listed: int | None = None  # the segments directory's mtime when last listed
         self._writer: _Segment | None = None
         self._unwritable = False
+        self._legacy = False  # does the directory hold an earlier version's entries (looked at once)
 
     def path(self, key: str) -> Path:
         """Where an earlier version kept the entry (read on a miss in the segments)."""
@@ -128,7 +129,7 @@ class ResponseCache:
             at = self._find(key)
             older = self._older.get(key, [])
         if at is None:
-            return self._read_legacy(key)
+            return self._read_legacy(key) if self._legacy else None
         found = _entry(_pread(at), key)
         for other in reversed(older):  # an earlier line for the key, when the last is rejected
             if isinstance(found, ChatResponse):
@@ -178,6 +179,7 @@ class ResponseCache:
     def _loaded(self) -> dict[str, Location]:
         if self._index is None:
             self._index = {}
+            self._legacy = _has_shards(self.directory)
             self._read_new_lines()
         return self._index
 
@@ -334,6 +336,17 @@ class _Segment:
 
 
 Location = tuple[_Segment, int, int]  # (segment, offset, length) of an entry's line
+HEX = frozenset("0123456789abcdef")
+
+
+def _has_shards(directory: Path) -> bool:
+    """Whether `directory` holds an earlier version's shards (`<key[:2]>/`): when it does
+    not, a miss in the segments is not looked for again there (an open per call)."""
+    try:
+        with os.scandir(directory) as entries:
+            return any(len(e.name) == 2 and set(e.name) <= HEX and e.is_dir() for e in entries)
+    except OSError:
+        return False
 
 
 def _pread(at: Location) -> bytes | None:
