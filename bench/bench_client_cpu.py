@@ -1,7 +1,7 @@
 """Client CPU per model call, all in, and where it goes: side by side in one run.
 
 Issue #24's target: client CPU all in, per call, at most 1.5 ms (process CPU less
-start-up, over calls). Rows of 10 candidates (bench_harness.py's), the fake server in its
+start-up, over calls). Rows of 10 candidates (common.py's decoy rows), the fake server in its
 own process (its CPU is not counted), the answer cache on (a fresh directory each run, so
 every call writes an entry).
 
@@ -46,19 +46,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench_harness import write_rows
-from common import PROMPTS, fake_server
+from common import PROMPTS, fake_server, write_decoy_dataset
 
 import pytest_geo.engine.experiment as experiment
 import pytest_geo.llm.cache as cache
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.factory import sdk_client_class
 from pytest_geo.llm.ledger import Ledger
-from pytest_geo.llm.openai_client import OpenAIChatClient
 from pytest_geo.llm.stack import build_stack
 from pytest_geo.settings import Settings
 
+OpenAIChatClient = sdk_client_class()  # imported as a run imports it (llm/factory.py: the GC frozen after)
 TARGET_US = 1500
 PASSES = 5
 
@@ -210,7 +210,7 @@ def main() -> None:
     with fake_server(args.latency) as url, tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         for n in (args.rows, 1):
-            write_rows(n, directory / f"rows{n}.jsonl")
+            write_decoy_dataset(n, directory / f"rows{n}.jsonl")
         (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         batch = [r for r in iter_dataset(directory / f"rows{args.rows}.jsonl", 0) if isinstance(r, GeoRow)]
         sent = Recording(OpenAIChatClient(api_key="bench-dummy", base_url=url))
