@@ -138,7 +138,7 @@ TIMED = {
     "prompt rendering": [(experiment, "render"), (experiment, "candidate_values")],
     "answer parsing (and size/cap checks)": [(experiment, "parse_ranking"), (experiment, "parse_rewrite"),
                                              (experiment, "check_answer"), (experiment, "kept_answer")],
-    "fact check": [(experiment, "check_facts")],
+    "fact check": [(experiment, "fact_violations")],
 }
 
 
