@@ -45,6 +45,7 @@ from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
 from pytest_geo.report.terminal import fact_lines, request_change_lines
+from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.report.variants import compare_variants
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
@@ -356,7 +357,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     if local is not None:
         print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
     geo = GeoSession(settings)
-    results = Results()
+    results = Results(transcripts=TranscriptSpool(keep=bool(args.report or args.html)))
     monitor = _monitor(settings, named_rows) if settings.sequential else None
     results.sequential = monitor
     try:

@@ -65,6 +65,7 @@ from pytest_geo.report.concurrency import merge_stats
 from pytest_geo.report.junit import junit_properties
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
+from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.settings import describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
@@ -94,7 +95,10 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_variants(config)
     start_budget(config)
     config.stash[SESSION] = None
-    config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")))
+    worker = is_xdist_worker(config)
+    reports = not worker and bool(config.getoption("geo_report") or config.getoption("geo_html"))
+    config.stash[RESULTS] = Results(min_scores=dict(config.getoption("geo_min_score")),
+                                    transcripts=TranscriptSpool(keep=reports, copy=worker))
     config.stash[REGISTERED_MARKERS] = set()
     config.stash[DECLARED_SUITES] = {}
     config.stash[MAX_ERROR_RATE] = max_error_rate(config)
@@ -302,6 +306,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "call" and record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
         item.user_properties.extend(junit_properties(record))  # on the teardown report, read by --junitxml
+        item.geo_record = None  # type: ignore[attr-defined]  # the report has it; items live to the end of the session
     return report
 
 

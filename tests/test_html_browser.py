@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_reporting import transcript_lines, with_calls
 
 from conftest import SMOKE, copy_prompts
 from pytest_geo.report.html import write_html_report
@@ -111,7 +112,8 @@ def column(page: Any, index: int) -> list[str]:
 
 
 def report_rows(directory: Path, name: str = "report.json") -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = json.loads((directory / name).read_text(encoding="utf-8"))["rows"]
+    """The report's rows with their calls from the transcripts file."""
+    rows: list[dict[str, Any]] = with_calls(directory / name)["rows"]
     return rows
 
 
@@ -222,6 +224,47 @@ def test_a_long_report_shows_a_page_of_rows_at_a_time(page: Any, tmp_path: Path,
     page.locator("#show-more").click()
     assert page.locator("#rows-table tbody tr.row").count() == 450
     assert page.locator("#show-more").is_hidden()
+
+
+@pytest.fixture(scope="module")
+def many_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """many.html/.json: 205 rows, more than the page embeds transcripts of (the first 200)."""
+    directory = tmp_path_factory.mktemp("browser-many")
+    copy_prompts(directory / "prompts")
+    row = json.loads(SMOKE.read_text(encoding="utf-8").splitlines()[0])
+    lines = [json.dumps({**row, "query_id": f"m{i:03d}", "query": f"{row['query']} {i}"}) for i in range(205)]
+    (directory / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    run_plugin(directory, "many", "--geo-mock")
+    return directory
+
+
+def test_a_row_whose_transcript_is_not_in_the_page_reads_it_from_the_file(page: Any, many_rows: Path) -> None:
+    open_report(page, many_rows / "many.html")
+    assert ("This page holds the model calls of 200 of 205 rows (the first 200 rows and up to 200 rows with an "
+            "error); every row's calls are in many.transcripts.jsonl.gz") in page.locator("#rows-help").inner_text()
+    page.locator("#show-more").click()
+    last = page.locator("#rows-table tbody tr.row").nth(204)
+    assert last.locator("td").nth(2).inner_text() == "rows.jsonl::m204"
+    last.locator("button.toggle").click()
+    missing = page.locator(".transcript.missing")
+    assert "This row's model calls are not in this page (it holds 200 of the rows' transcripts). They are in " \
+           "many.transcripts.jsonl.gz, beside this page: open it to read them." in missing.inner_text()
+    assert page.locator(".transcript details.call").count() == 0
+    missing.locator("input[type=file]").set_input_files(str(many_rows / "many.transcripts.jsonl.gz"))
+    calls = page.locator(".transcript details.call")
+    calls.first.wait_for()
+    line = next(t for t in transcript_lines(many_rows / "many.json") if t["nodeid"] == "rows.jsonl::m204")
+    assert calls.count() == len(line["calls"]) == 3
+    for i, call in enumerate(line["calls"]):
+        shown = calls.nth(i)
+        assert shown.locator("> summary").inner_text().split(" · ")[0] == call["step"]
+        assert shown.locator(".answer pre").text_content() == call["answer"]
+        assert shown.locator("div.msg pre").first.text_content() == call["messages"][1]["content"]
+    # The file stays open for the other rows: the next one not in the page shows at once.
+    page.locator("#rows-table tbody tr.row").nth(203).locator("button.toggle").click()
+    assert page.locator(".transcript.missing").count() == 0
+    assert page.locator(".transcript details.call").count() == 6
 
 
 VARIANT_CONFTEST = '''

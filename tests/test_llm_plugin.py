@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_reporting import with_calls
 
 from conftest import GeoProject, cache_entries
 
@@ -48,7 +49,7 @@ def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject)
     result = served_project.run(dataset, "--geo-report", "second.json")
     result.assert_outcomes(passed=5)
     assert served_project.server.requests == []
-    first, second = report(served_project, "first.json"), report(served_project, "second.json")
+    first, second = (with_calls(served_project.pytester.path / name) for name in ("first.json", "second.json"))
     assert all(c["cached"] for r in second["rows"] for c in r["calls"])
     for row in [*first["rows"], *second["rows"]]:  # the same answers, only now from the cache
         row["calls"] = [{**c, "cached": None} for c in row["calls"]]

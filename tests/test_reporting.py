@@ -3,10 +3,12 @@ comparison and gating, and the HTML report."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from html.parser import HTMLParser
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -50,13 +52,39 @@ def read(pytester: pytest.Pytester, name: str) -> dict[str, Any]:
     return json.loads((pytester.path / name).read_text(encoding="utf-8"))
 
 
+def transcript_lines(report_path: Path) -> list[dict[str, Any]]:
+    """The lines of the transcripts file the report at `report_path` names, read with the
+    stdlib alone."""
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    with gzip.open(report_path.parent / report["transcripts"]["path"], "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def with_calls(report_path: Path) -> dict[str, Any]:
+    """The report with each row's calls put back from its transcripts file (as format 1
+    held them): for the tests of what a transcript holds."""
+    report: dict[str, Any] = json.loads(report_path.read_text(encoding="utf-8"))
+    lines = {line["nodeid"]: line for line in transcript_lines(report_path)}
+    for row in report["rows"]:
+        line = lines.get(row["nodeid"])
+        if line is None:
+            continue
+        if "repeats" in line:
+            for repeat, run in zip(row["repeats"], line["repeats"], strict=True):
+                assert repeat["repeat"] == run["repeat"]
+                repeat["calls"] = run["calls"]
+        else:
+            row["calls"] = line["calls"]
+    return report
+
+
 def test_reports_match_the_shipped_schema(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_s=SUITE)
     result = geo_project.runpytest("data/smoke.jsonl", "test_s.py", "--geo-mock", "--geo-report", "r.json")
     result.assert_outcomes(passed=12)
     report = read(geo_project, "r.json")
     validate(report)
-    assert report["format_version"] == 1
+    assert report["format_version"] == 2
     geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-repeats", "2", "--geo-report", "rep.json",
                           "--geo-baseline", "r.json")
     validate(read(geo_project, "rep.json"))

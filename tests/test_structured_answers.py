@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 from fake_openai import FakeOpenAI, structured_answer
+from test_reporting import with_calls
 
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, cache_entries, egeo_workdir
 from pytest_geo.cli import main
@@ -75,7 +76,7 @@ def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project:
                                               "json_schema": {"name": "rewrite", "schema": REWRITE, "strict": True}}
     assert {b["max_tokens"] for b in rankings + rewrites} == {4096}
     # The server answered in the schema's shape (bare JSON, no fence), which parsed.
-    rows = json.loads((served_project.pytester.path / "r.json").read_text())["rows"]
+    rows = with_calls(served_project.pytester.path / "r.json")["rows"]
     answers = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "ranker"]
     assert sorted(answers) == sorted(structured_answer(body) or "" for body in rankings)
     assert all(set(json.loads(answer)) == {"ordered_ids"} for answer in answers)
@@ -104,7 +105,7 @@ def test_answers_in_fences_and_prose_still_parse_from_a_server_that_ignores_the_
     local servers): the fenced ranking and the prose around it still parse."""
     served_project.server.fault_for = lambda body: "echo_headers" if "ordered_ids" in json.dumps(body) else None
     served_project.run(str(served_project.dataset(2)), "--geo-report", "r.json").assert_outcomes(passed=2)
-    answers = [c["answer"] for row in json.loads((served_project.pytester.path / "r.json").read_text())["rows"]
+    answers = [c["answer"] for row in with_calls(served_project.pytester.path / "r.json")["rows"]
                for c in row["calls"] if c["role"] == "ranker"]
     assert len(answers) == 4 and all(a.startswith("You sent {") and "```json\n{\"ordered_ids\"" in a for a in answers)
 
@@ -120,7 +121,7 @@ def test_an_answer_cut_at_the_output_cap_fails_its_row_at_once(served_project: G
     result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): "
                                  "raise it*"])
     assert len(bodies(served_project.server, "rewritten_description")) == 2  # never re-asked
-    rows = json.loads((served_project.pytester.path / "r.json").read_text())["rows"]
+    rows = with_calls(served_project.pytester.path / "r.json")["rows"]
     rewrite_calls = [c for row in rows for c in row["calls"] if c["role"] == "rewriter"]
     assert [c["error"] for c in rewrite_calls] == [
         "rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): raise it"] * 2
@@ -171,7 +172,7 @@ def test_an_answer_over_the_size_cap_is_a_row_error_never_cached_or_reported_who
     path = served_project.pytester.path
     for name in ("r.json", "r.html"):
         assert (path / name).stat().st_size < 200_000, name
-    rows = json.loads((path / "r.json").read_text())["rows"]
+    rows = with_calls(path / "r.json")["rows"]
     kept = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "rewriter"]
     assert [len(a) for a in kept] == [4096 + len("\n[answer cut here in this report: 2,097,181 characters in all]")] * 2
     assert all(a.endswith("\n[answer cut here in this report: 2,097,181 characters in all]") for a in kept)

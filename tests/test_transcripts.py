@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fake_openai import completion
-from test_reporting import read, validate
+from test_reporting import read, transcript_lines, validate, with_calls
 
 from conftest import DUMMY_KEY, GeoProject
 from pytest_geo.templates import render
@@ -35,8 +35,8 @@ def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(serv
 
     served_project.server.fault_for = first_ranking_of_r0
     served_project.run(dataset, "--geo-concurrency", "1", "--geo-report", "first.json").assert_outcomes(passed=2)
-    first = read(served_project.pytester, "first.json")
-    validate(first)
+    validate(read(served_project.pytester, "first.json"))
+    first = with_calls(served_project.pytester.path / "first.json")
     rows = first["rows"]
     sent = [r["body"] for r in served_project.server.requests]
     calls = [c for r in rows for c in r["calls"]]
@@ -64,26 +64,27 @@ def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(serv
     assert "could not be used" in reasked[1]["messages"][3]["content"]
 
     served_project.run(dataset, "--geo-report", "second.json").assert_outcomes(passed=2)
-    second = read(served_project.pytester, "second.json")
+    second = with_calls(served_project.pytester.path / "second.json")
     again = [c for r in second["rows"] for c in r["calls"]]
     assert len(again) == 7 and all(c["cached"] for c in again)  # the bad answer too: the re-ask is replayed
     good = {json.dumps(c["messages"]): c["answer"] for c in calls}
     assert all(good[json.dumps(c["messages"])] == c["answer"] for c in again)
     text = (served_project.pytester.path / "first.json").read_text() + json.dumps(second)
-    assert DUMMY_KEY not in text
+    assert DUMMY_KEY not in text + json.dumps(transcript_lines(served_project.pytester.path / "first.json"))
 
 
 def test_a_failed_call_is_kept_with_its_error_and_no_key(served_project: GeoProject) -> None:
     served_project.server.always = "500"  # not a fail-fast error (a 401 would stop the run before any row)
     result = served_project.run(str(served_project.dataset(1)), "--geo-report", "r.json", "--geo-max-retries", "0")
     result.assert_outcomes(failed=1)
-    report = read(served_project.pytester, "r.json")
-    validate(report)
+    validate(read(served_project.pytester, "r.json"))
+    report = with_calls(served_project.pytester.path / "r.json")
     (row,) = report["rows"]
     failed = [c for c in row["calls"] if "error" in c]
     assert failed and all(c["answer"] is None for c in failed)
     assert row["error"] in {c["error"] for c in failed}
     assert DUMMY_KEY not in (served_project.pytester.path / "r.json").read_text()
+    assert DUMMY_KEY not in json.dumps(transcript_lines(served_project.pytester.path / "r.json"))
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
@@ -91,8 +92,8 @@ def test_calls_reach_the_report_under_xdist_and_per_repeat(geo_project: pytest.P
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "-n", workers, "--geo-repeats", "2",
                                    "--geo-report", "r.json")
     result.assert_outcomes(passed=8)
-    report: dict[str, Any] = read(geo_project, "r.json")
-    validate(report)
+    validate(read(geo_project, "r.json"))
+    report: dict[str, Any] = with_calls(geo_project.path / "r.json")
     system = render(prompt(geo_project.path, "ranker_system.txt"), {})
     for row in report["rows"]:
         assert "calls" not in row  # with repeats, each repeat keeps its own

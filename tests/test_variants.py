@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from test_reporting import POSITION_CONFTEST  # a judge with pure position bias
+from test_reporting import POSITION_CONFTEST, with_calls  # a judge with pure position bias
 
 from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts
 from pytest_geo.data.dataset import GeoRow, iter_dataset
@@ -194,7 +194,7 @@ def test_a_directory_variant_overrides_the_rewriters_prompts_only(strategies: py
     result = strategies.runpytest("data/smoke.jsonl", "--geo-variant", "v2=v2", "--geo-variant", "keep=keep.txt",
                                   "--geo-report", "r.json")
     result.assert_outcomes(passed=16)
-    rows = {r["nodeid"]: r for r in read(strategies, "r.json")["rows"]}
+    rows = {r["nodeid"]: r for r in with_calls(strategies.path / "r.json")["rows"]}
     system = {c["step"]: c["messages"][0]["content"] for c in rows["data/smoke.jsonl::q1[v2]"]["calls"]}
     assert system["rewrite"] == "You are the v2 rewriter. Answer JSON.\n"
     assert system["rank_before"] == (PROMPTS / "ranker_system.txt").read_text(encoding="utf-8")

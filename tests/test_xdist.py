@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_reporting import transcript_lines
 
 pytest.importorskip("xdist")
 
@@ -50,10 +51,11 @@ def junit_properties(path: Path) -> dict[str, dict[str, str]]:
 
 
 def comparable(report: dict[str, Any]) -> dict[str, Any]:
-    """The report apart from ordering, timings and the concurrency (the workers' limits
-    add up, by design)."""
+    """The report apart from ordering, timings, the concurrency (the workers' limits
+    add up, by design) and the transcripts file's name (each report names its own)."""
     report = dict(report)
     report.pop("concurrency")
+    report["transcripts"] = {k: v for k, v in report["transcripts"].items() if k != "path"}
     report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
     report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
     report["suites"] = sorted(report["suites"], key=lambda s: (s["suite"], s["split"]))
@@ -97,6 +99,9 @@ def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> No
     assert reports[1]["concurrency"]["maximum"] == 2 * reports[0]["concurrency"]["maximum"]  # two workers' worth
     assert reports[1]["geo"]["datasets"]["data/smoke.jsonl"]["n"] == 8
     assert len(reports[1]["rows"]) == 17
+    transcripts = [{line["nodeid"]: line for line in transcript_lines(project.path / f"{name}.json")}
+                   for name in ("single", "spread")]
+    assert transcripts[0] == transcripts[1] and len(transcripts[0]) == 8  # every GEO row's calls, from either
 
     properties = [junit_properties(project.path / f"{name}.xml") for name in ("single", "spread")]
     assert properties[0] == properties[1]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,6 +44,31 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        if mode is not None and mode != NEW_FILE_MODE:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def open_atomic(path: Path, *, buffering: int = 1 << 20) -> Iterator[BinaryIO]:
+    """A file to write `path` piece by piece, as `write_text_atomic` writes it whole:
+    beside it, fsynced, then renamed over it (an existing file keeps its permissions);
+    removed instead when the block raises. A report of any size is written this way in
+    memory that does not grow with it."""
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    try:
+        with os.fdopen(fd, "wb", buffering=buffering) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
         if mode is not None and mode != NEW_FILE_MODE:
             os.chmod(tmp, mode)
         os.replace(tmp, path)

@@ -55,7 +55,8 @@ class OutcomeFields(TypedDict, total=False):
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
     judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
-    calls: list[ModelCall]
+    calls: list[ModelCall]  # taken out as the record arrives, into the transcripts file (report/transcripts.py)
+    n_calls: int  # and how many there were, left in their place
 
 
 class RowRecord(_Where, OutcomeFields, total=False):

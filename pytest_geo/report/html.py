@@ -10,13 +10,16 @@ never parsed as HTML by the script."""
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.report.html_variants import (
@@ -26,7 +29,7 @@ from pytest_geo.report.html_variants import (
     variants_section,
 )
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
-from pytest_geo.report.viewer_data import script_json, viewer_data
+from pytest_geo.report.viewer_data import PAGE_ROWS, decimals_of, row_view, script_json, transcript_views
 
 # The page may load nothing: no script, style, image or font from anywhere else.
 CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
@@ -213,28 +216,69 @@ def _baseline_rows(baseline: Mapping[str, Any]) -> Iterable[list[str]]:
         ]
 
 
-def rows_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The rows table, empty in the markup: the script fills it from the JSON below."""
-    table, transcripts = viewer_data(rows)
+SAMPLE_FIRST, SAMPLE_ERRORS = 200, 200  # a page embeds the transcripts of at most these rows
+
+
+@dataclass(frozen=True)
+class TranscriptSample:
+    """The transcripts a page embeds when the rows' calls are in the transcripts file:
+    `lines` by node id, and that file's name (beside the page) and number of rows."""
+
+    lines: Mapping[str, Mapping[str, Any]]
+    file: str | None
+    rows: int
+
+
+def sample_nodeids(rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The rows whose transcripts a page embeds: the first SAMPLE_FIRST rows in report
+    order (the first page shown) and the first SAMPLE_ERRORS rows with an error."""
+    chosen = {str(r.get("nodeid")) for r in rows[:SAMPLE_FIRST]}
+    errors = (str(r.get("nodeid")) for r in rows if r.get("error"))
+    chosen.update(itertools.islice(errors, SAMPLE_ERRORS))
+    return chosen
+
+
+def _sample_note(sample: TranscriptSample | None) -> dict[str, Any] | None:
+    """What the page says about transcripts it does not embed (None: it embeds them all)."""
+    if sample is None:
+        return None
+    return {"file": sample.file, "embedded": len(sample.lines), "rows": sample.rows,
+            "first": SAMPLE_FIRST, "errors": SAMPLE_ERRORS}
+
+
+def rows_section(rows: Sequence[Mapping[str, Any]], sample: TranscriptSample | None = None) -> Iterator[str]:
+    """The rows table, empty in the markup: the script fills it from the JSON below,
+    written one row at a time. Transcripts: those the rows hold, or `sample`'s."""
     errors = sum(1 for r in rows if r.get("error"))
     head = "".join(
         f'<th data-key="{key}">{escape(label)}</th>' if key else f"<th>{escape(label)}</th>"
         for label, key in ROW_COLUMNS
     )
-    return [
-        '<h2>Rows</h2><p class="meta">Click a column header to sort, a row\'s calls button to read its '
-        "model calls (prompts sent, answers received).</p>",
-        '<div class="controls">'
-        f'<label><input type="checkbox" id="errors-only"/> errors only ({errors})</label>'
-        '<input type="search" id="row-filter" placeholder="filter rows" aria-label="filter rows"/>'
-        '<span id="rows-shown" class="meta"></span></div>',
-        f'<table class="rows" id="rows-table"><thead><tr>{head}</tr></thead><tbody></tbody></table>',
-        '<button type="button" id="show-more" hidden>show more</button>',
-        "<noscript>The rows table needs JavaScript; the JSON report (--geo-report) has every row.</noscript>",
-        f'<script type="application/json" id="geo-rows">{script_json(table)}</script>',
-        f'<script type="application/json" id="geo-transcripts">{script_json(transcripts)}</script>',
-        f"<script>{viewer_script()}</script>",
-    ]
+    note = _sample_note(sample)
+    about = ""
+    if note is not None:
+        where = f"in {note['file']}" if note["file"] else "not kept (no transcripts file was written)"
+        about = (f" This page holds the model calls of {note['embedded']} of {len(rows)} rows (the first "
+                 f"{SAMPLE_FIRST} rows and up to {SAMPLE_ERRORS} rows with an error); every row's calls are "
+                 f"{where}, which a row's calls button can open here.")
+    yield ('<h2>Rows</h2><p class="meta" id="rows-help">Click a column header to sort, a row\'s calls button to read '
+           f"its model calls (prompts sent, answers received).{escape(about)}</p>\n")
+    yield ('<div class="controls">'
+           f'<label><input type="checkbox" id="errors-only"/> errors only ({errors})</label>'
+           '<input type="search" id="row-filter" placeholder="filter rows" aria-label="filter rows"/>'
+           '<span id="rows-shown" class="meta"></span></div>\n')
+    yield f'<table class="rows" id="rows-table"><thead><tr>{head}</tr></thead><tbody></tbody></table>\n'
+    yield '<button type="button" id="show-more" hidden>show more</button>\n'
+    yield "<noscript>The rows table needs JavaScript; the JSON report (--geo-report) has every row.</noscript>\n"
+    yield ('<script type="application/json" id="geo-rows">'
+           f'{{"page":{PAGE_ROWS},"decimals":{script_json(decimals_of(rows))},"transcripts":{script_json(note)},'
+           '"rows":[')
+    for i, record in enumerate(rows):  # one row's entry at a time: the page is never whole in memory
+        yield ("," if i else "") + script_json(row_view(i, record))
+    yield "]}</script>\n"
+    transcripts = transcript_views(rows, None if sample is None else sample.lines)
+    yield f'<script type="application/json" id="geo-transcripts">{script_json(transcripts)}</script>\n'
+    yield f"<script>{viewer_script()}</script>\n"
 
 
 def problems_section(report: Mapping[str, Any]) -> list[str]:
@@ -294,7 +338,14 @@ def partial_run_banner(report: Mapping[str, Any]) -> str:
             f"selected rows did not run; the scores cover only the rows that ran.{why}</p>")
 
 
-def render_html(report: Mapping[str, Any]) -> str:
+def render_html(report: Mapping[str, Any], sample: TranscriptSample | None = None) -> str:
+    out = io.StringIO()
+    write_html(out, report, sample)
+    return out.getvalue()
+
+
+def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample | None = None) -> None:
+    """The page, written piece by piece to `out` (the rows one at a time)."""
     meta = report.get("metadata") or {}
     rows = report.get("rows", [])
     geo_rows = [r for r in rows if r.get("kind") == "geo"]
@@ -366,8 +417,12 @@ def render_html(report: Mapping[str, Any]) -> str:
             before_after_svg(geo_rows),
             "</div>",
         ]
-    parts += [*side_by_side_section(report), *rows_section(rows), "</body></html>", ""]
-    return "\n".join(parts)
+    parts += side_by_side_section(report)
+    for part in parts:
+        out.write(part + "\n")
+    for chunk in rows_section(rows, sample):  # each chunk ends its own lines
+        out.write(chunk)
+    out.write("</body></html>\n")
 
 
 def write_html_report(path: Path, report: Mapping[str, Any]) -> None:

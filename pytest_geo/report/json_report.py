@@ -1,11 +1,12 @@
-"""The JSON report (`--geo-report`): aggregates, statistics, one record per row, usage
-and run metadata; written atomically."""
+"""The JSON report (`--geo-report`): aggregates, statistics, one record per row (its
+model calls are in the transcripts file, report/transcripts.py), usage and run metadata;
+written atomically, streamed."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import is_scored
@@ -74,10 +75,22 @@ def _build_report(results: Results) -> dict[str, Any]:
     }
 
 
+def _encoder() -> json.JSONEncoder:
+    return json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False, default=str, allow_nan=False)
+
+
+def write_json(out: TextIO, payload: Any) -> None:
+    """`json_text(payload)`, written piece by piece as the encoder makes it: a report of
+    any size is never one string in memory."""
+    for chunk in _encoder().iterencode(payload):
+        out.write(chunk)
+    out.write("\n")
+
+
 def json_text(payload: Any) -> str:
     """Strict JSON: a NaN or infinity is a bug upstream (metrics and thresholds are checked
     to be finite), never a bare `NaN` token other JSON readers reject."""
-    return json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False, default=str, allow_nan=False) + "\n"
+    return _encoder().encode(payload) + "\n"
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:

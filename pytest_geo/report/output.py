@@ -1,58 +1,110 @@
 """Writing the report files a run asked for, for the plugin and `egeo` alike: the report is
-built once, and a write that fails (disk full, permissions changed since the start) is one
-line in `Results.write_errors` while the other file is still written. The caller fails the
-run for it; and the file a previous run left at that path is removed, so that CI never
-reads it as this run's report."""
+built once (its rows are the records as they are, their calls already in the transcripts
+spool), the transcripts file goes beside it, and each file is streamed to disk. A write
+that fails (disk full, permissions changed since the start) is one line in
+`Results.write_errors` while the other file is still written. The caller fails the run
+for it; and the file a previous run left at that path is removed, so that CI never reads
+it as this run's report."""
 
 from __future__ import annotations
 
+import io
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from pytest_geo.data.files import write_text_atomic
-from pytest_geo.report.html import render_html
-from pytest_geo.report.json_report import build_report, json_text
+from pytest_geo.data.files import open_atomic
+from pytest_geo.report.html import TranscriptSample, sample_nodeids, write_html
+from pytest_geo.report.json_report import build_report, write_json
 from pytest_geo.report.results import Results
+from pytest_geo.report.transcripts import TranscriptSpool, transcripts_path
 
 
 def write_report_files(results: Results, json_path: str | None, html_path: str | None, *,
                        who: str, flags: tuple[str, str]) -> list[str]:
     """Write the JSON report to `json_path` and the HTML report to `html_path` (either may
-    be None); `flags` name the two options in error lines. Returns the paths written."""
+    be None), and the rows' transcripts beside the first of them; `flags` name the two
+    options in error lines. Returns the paths written."""
     if not json_path and not html_path:
         return []
+    spool = results.spool()
     report = build_report(results)
+    report["transcripts"] = _write_transcripts(results, spool, json_path, html_path, who, flags)
+    sample = _sample(report, spool)
     written = []
-    renderers: tuple[tuple[str, str | None, Callable[[Any], str]], ...] = (
-        (flags[0], json_path, json_text), (flags[1], html_path, render_html))
+    renderers: tuple[tuple[str, str | None, Callable[[TextIO], None]], ...] = (
+        (flags[0], json_path, lambda out: write_json(out, report)),
+        (flags[1], html_path, lambda out: write_html(out, report, sample)))
     for flag, path, render in renderers:
         if not path:
             continue
         try:
-            write_report(Path(path), render(report))
+            with report_file(Path(path)) as out:
+                render(out)
         except OSError as exc:
             error = f"{who}: {flag}: cannot write {path}: {exc.strerror or exc}"
             results.write_errors.append(error + _remove_previous(Path(path)))
         else:
             written.append(path)
+    spool.close()
     return written
 
 
-def write_report(path: Path, text: str) -> None:
-    """Atomically (a temp file renamed over the path), except over a device or a pipe
-    (`/dev/stdout`, `>(jq .)`): renaming would replace the device node itself, which as
-    root means a regular file where /dev/null was."""
+def _write_transcripts(results: Results, spool: TranscriptSpool, json_path: str | None, html_path: str | None,
+                       who: str, flags: tuple[str, str]) -> dict[str, Any] | None:
+    """The transcripts file beside the JSON report (else beside the page); what the
+    report says of it: its name and rows, or None when no row made a call or it could not
+    be written (a line in `write_errors`, as for a report)."""
+    if not spool.rows:
+        return None
+    for flag, report in ((flags[0], json_path), (flags[1], html_path)):
+        if not report or _is_device(Path(report)):
+            continue  # /dev/stdout or a pipe: nothing can sit beside it
+        path = transcripts_path(report)
+        try:
+            spool.write_to(path)
+        except OSError as exc:
+            error = f"{who}: {flag}: cannot write the transcripts file {path}: {exc.strerror or exc}"
+            results.write_errors.append(error + _remove_previous(path))
+            return None
+        return {"path": path.name, "rows": spool.rows}
+    return None
+
+
+def _sample(report: dict[str, Any], spool: TranscriptSpool) -> TranscriptSample:
+    """The transcripts the page embeds, read back from the spool (a bounded number)."""
+    wanted = sample_nodeids(report["rows"])
+    lines = {line["nodeid"]: line for line in spool.lines(wanted)}
+    written = report.get("transcripts")
+    return TranscriptSample(lines, written["path"] if written else None, spool.rows)
+
+
+def _is_device(path: Path) -> bool:
     try:
         mode = path.stat().st_mode
     except OSError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+@contextmanager
+def report_file(path: Path) -> Iterator[TextIO]:
+    """A text file to write a report to: atomically (a temp file renamed over the path),
+    except over a device or a pipe (`/dev/stdout`, `>(jq .)`): renaming would replace the
+    device node itself, which as root means a regular file where /dev/null was."""
+    if _is_device(path):
         with path.open("w", encoding="utf-8") as handle:
-            handle.write(text)
+            yield handle
         return
-    write_text_atomic(path, text)
+    with open_atomic(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        try:
+            yield text
+            text.flush()
+        finally:
+            text.detach()
 
 
 def _remove_previous(path: Path) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
+from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.scoring import Summary, summarize
 from pytest_geo.text import shorten
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_geo.report.gates import GateFailure
     from pytest_geo.report.stopping import Monitor
 
-REPORT_FORMAT_VERSION = 1
+REPORT_FORMAT_VERSION = 2  # 2: rows' calls moved to the transcripts file (report/transcripts.py)
 GEO_METRICS = ("n", "avg_rank_improvement", "win_rate", "stderr_rank_improvement")
 FEEDBACK_LIMIT = 300
 
@@ -131,13 +132,26 @@ class Results:
     not_needed: set[str] = field(default_factory=set)
     budget: BudgetStatus | None = None  # --geo-budget: spent, and why it stopped calls (llm/budget.py)
     write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
+    # Where each arriving record's calls go (report/transcripts.py): without one they stay
+    # on the records (library use) until the reports are written.
+    transcripts: TranscriptSpool | None = None
     # The summary, the thresholds, the baseline and both reports all read suites():
     # computed once per set of records, not once per reader.
     _suites: list[SuiteResult] | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, record: RowRecord) -> None:
+        if self.transcripts is not None:
+            record = self.transcripts.take(record)
         self.records.append(record)
         self._suites = None
+
+    def spool(self) -> TranscriptSpool:
+        """The transcripts spool, with the calls of records added without one taken in."""
+        if self.transcripts is None:
+            self.transcripts = TranscriptSpool()
+            for record in self.records:
+                self.transcripts.take(record)
+        return self.transcripts
 
     @property
     def empty(self) -> bool:

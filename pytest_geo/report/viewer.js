@@ -6,6 +6,9 @@
   var data = JSON.parse(document.getElementById("geo-rows").textContent);
   var rows = data.rows, decimals = data.decimals, page = data.page;
   var transcripts = null; // parsed on the first expand: most of the page's bytes
+  // When the page embeds only some rows' transcripts (data.transcripts says which file has
+  // them all), the user can open that file here: a page opened from disk cannot fetch it.
+  var sample = data.transcripts, opened = null; // opened: node id -> the file's line (text)
   var table = document.getElementById("rows-table"), body = table.tBodies[0];
   var headers = table.tHead.rows[0].cells, columns = headers.length;
   var errorsOnly = document.getElementById("errors-only");
@@ -92,30 +95,28 @@
     return box;
   }
 
-  function transcriptElement(i) {
-    if (transcripts === null) transcripts = JSON.parse(document.getElementById("geo-transcripts").textContent);
-    var entry = transcripts.rows[i], strings = transcripts.strings;
+  function transcriptElement(entry, strings) {
     var box = el("div", "transcript");
-    if (!entry) {
-      box.appendChild(el("p", "meta", "no model calls recorded for this row"));
-    } else if (entry.repeats) {
-      var t = el("table", "repeats"), head = el("tr");
-      ["repeat", "candidate order", "before", "after", "improvement", "error"].forEach(function (h) {
-        head.appendChild(el("th", "", h));
-      });
-      t.appendChild(el("thead")).appendChild(head);
-      var tb = t.appendChild(el("tbody"));
-      entry.repeats.forEach(function (r) {
-        var tr = el("tr", r.error ? "error" : "");
-        tr.appendChild(el("td", "num", r.repeat));
-        tr.appendChild(el("td", "", r.order.join(", ")));
-        tr.appendChild(el("td", "num", number(r.before, 0)));
-        tr.appendChild(el("td", "num", number(r.after, 0)));
-        tr.appendChild(el("td", "num", number(r.delta, 0)));
-        tr.appendChild(el("td", "bad", r.error || ""));
-        tb.appendChild(tr);
-      });
-      box.appendChild(t);
+    if (entry.repeats) {
+      if (entry.repeats.length && entry.repeats[0].order) {
+        var t = el("table", "repeats"), head = el("tr");
+        ["repeat", "candidate order", "before", "after", "improvement", "error"].forEach(function (h) {
+          head.appendChild(el("th", "", h));
+        });
+        t.appendChild(el("thead")).appendChild(head);
+        var tb = t.appendChild(el("tbody"));
+        entry.repeats.forEach(function (r) {
+          var tr = el("tr", r.error ? "error" : "");
+          tr.appendChild(el("td", "num", r.repeat));
+          tr.appendChild(el("td", "", r.order.join(", ")));
+          tr.appendChild(el("td", "num", number(r.before, 0)));
+          tr.appendChild(el("td", "num", number(r.after, 0)));
+          tr.appendChild(el("td", "num", number(r.delta, 0)));
+          tr.appendChild(el("td", "bad", r.error || ""));
+          tb.appendChild(tr);
+        });
+        box.appendChild(t);
+      }
       entry.repeats.forEach(function (r) {
         box.appendChild(el("h4", "", "repeat " + r.repeat));
         r.calls.forEach(function (call) { box.appendChild(callElement(call, strings)); });
@@ -124,6 +125,71 @@
       entry.calls.forEach(function (call) { box.appendChild(callElement(call, strings)); });
     }
     return box;
+  }
+
+  // A line of the transcripts file in the shape of the page's own transcripts.
+  function fromLine(line) {
+    var strings = [];
+    function ref(text) { strings.push(String(text)); return strings.length - 1; }
+    function call(c) {
+      return { step: c.step, role: c.role, model: c.model, attempt: c.attempt, cached: c.cached, error: c.error,
+        messages: (c.messages || []).map(function (m) { return [m.role, ref(m.content)]; }),
+        answer: c.answer === null || c.answer === undefined ? null : ref(c.answer) };
+    }
+    var parsed = JSON.parse(line), entry;
+    if (parsed.repeats) {
+      entry = { repeats: parsed.repeats.map(function (r) { return { repeat: r.repeat, calls: r.calls.map(call) }; }) };
+    } else {
+      entry = { calls: (parsed.calls || []).map(call) };
+    }
+    return transcriptElement(entry, strings);
+  }
+
+  // Read the transcripts file the user picked (gzip JSONL, or the same uncompressed).
+  function openFile(file, done) {
+    var stream = file.stream();
+    if (/\.gz$/i.test(file.name)) stream = stream.pipeThrough(new DecompressionStream("gzip"));
+    new Response(stream).text().then(function (text) {
+      var lines = new Map();
+      text.split("\n").forEach(function (line) {
+        var m = /^\{"nodeid":("(?:[^"\\]|\\.)*")/.exec(line);
+        if (m) lines.set(JSON.parse(m[1]), line);
+      });
+      opened = lines;
+      done(null);
+    }, function (error) { done(error); });
+  }
+
+  function rowTranscript(r, td) {
+    if (transcripts === null) transcripts = JSON.parse(document.getElementById("geo-transcripts").textContent);
+    var entry = transcripts.rows[r.i];
+    if (entry) return td.appendChild(transcriptElement(entry, transcripts.strings));
+    if (opened !== null && opened.has(r.id)) return td.appendChild(fromLine(opened.get(r.id)));
+    var box = el("div", "transcript missing");
+    if (!sample || !r.calls) {
+      box.appendChild(el("p", "meta", "no model calls recorded for this row"));
+    } else if (!sample.file) {
+      box.appendChild(el("p", "meta", "This row's model calls are not in this page, and no transcripts file was written."));
+    } else {
+      box.appendChild(el("p", "meta", "This row's model calls are not in this page (it holds " + sample.embedded +
+        " of the rows' transcripts). They are in " + sample.file + ", beside this page: open it to read them" +
+        (opened !== null ? " (the file opened has no line for this row)." : ".")));
+      var label = el("label", "", "open " + sample.file + " ");
+      var input = el("input", "transcripts-file");
+      input.type = "file";
+      input.accept = ".gz,.jsonl";
+      label.appendChild(input);
+      box.appendChild(label);
+      input.addEventListener("change", function () {
+        if (!input.files || !input.files.length) return;
+        openFile(input.files[0], function (error) {
+          if (error) { box.appendChild(el("p", "bad", "could not read " + input.files[0].name + ": " + error)); return; }
+          td.textContent = "";
+          rowTranscript(r, td);
+        });
+      });
+    }
+    td.appendChild(box);
   }
 
   function toggle(button) {
@@ -135,7 +201,7 @@
     }
     var detail = el("tr", "detail"), td = el("td");
     td.colSpan = columns;
-    td.appendChild(transcriptElement(Number(tr.getAttribute("data-i"))));
+    rowTranscript(rows[Number(tr.getAttribute("data-i"))], td);
     detail.appendChild(td);
     tr.after(detail);
     button.setAttribute("aria-expanded", "true");

@@ -15,6 +15,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 from pytest_geo.report.numbers import column_decimals
+from pytest_geo.report.transcripts import with_transcript
 
 # Words, runs of white space, and single other characters: joined back they give the
 # text exactly, so both sides of a diff render as they were written.
@@ -89,6 +90,8 @@ def transcript_view(record: Mapping[str, Any], strings: StringTable) -> dict[str
 
 
 def _count_calls(record: Mapping[str, Any]) -> int:
+    if "n_calls" in record:  # the calls are in the transcripts file (report/transcripts.py)
+        return int(record["n_calls"])
     if record.get("repeats"):
         return sum(len(r.get("calls", [])) for r in record["repeats"])
     return len(record.get("calls", []))
@@ -114,19 +117,38 @@ def row_view(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-def viewer_data(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the rows' entries with each number column's decimals, the transcripts)."""
-    strings = StringTable()
-    views = [row_view(i, r) for i, r in enumerate(rows)]
-    transcripts = [transcript_view(r, strings) for r in rows]
-
+def decimals_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Each number column's decimals, one per column (numbers.column_decimals)."""
     def decimals(key: str, places: int) -> int:
-        return column_decimals([v[key] for v in views], places)
+        return column_decimals([r.get(key) for r in rows], places)
 
-    table = {"rows": views, "page": PAGE_ROWS,
-             "decimals": {"before": decimals("before", 2), "after": decimals("after", 2),
-                          "delta": decimals("delta", 2), "score": decimals("score", 4)}}
-    return table, {"strings": strings.items, "rows": transcripts}
+    return {"before": decimals("rank_before", 2), "after": decimals("rank_after", 2),
+            "delta": decimals("rank_improvement", 2), "score": decimals("score", 4)}
+
+
+def transcript_views(rows: Sequence[Mapping[str, Any]],
+                     lines: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The transcripts the page embeds, keyed by row index: every row's calls held on the
+    rows themselves, or with `lines` (node id -> transcripts file line) those rows only."""
+    strings = StringTable()
+    views: dict[str, Any] = {}
+    for i, record in enumerate(rows):
+        if lines is not None:
+            line = lines.get(str(record.get("nodeid")))
+            if line is None:
+                continue
+            record = with_transcript(record, line)
+        view = transcript_view(record, strings)
+        if view is not None:
+            views[str(i)] = view
+    return {"strings": strings.items, "rows": views}
+
+
+def viewer_data(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the rows' entries with each number column's decimals, the transcripts), for rows
+    that still hold their calls; the report writes the same pieces streamed (html.py)."""
+    table = {"rows": [row_view(i, r) for i, r in enumerate(rows)], "page": PAGE_ROWS, "decimals": decimals_of(rows)}
+    return table, transcript_views(rows)
 
 
 def script_json(data: Any) -> str:

@@ -1,0 +1,146 @@
+"""The rows' transcripts (every model call of a row) kept out of the reports and out of
+memory: as each row's record arrives its calls are taken out and written, gzip-compressed,
+one JSON line per row, to a spool file; the record that stays in memory holds only the
+row's results and how many calls it made (`n_calls`).
+
+At the end the spool becomes `<report>.transcripts.jsonl.gz` beside the report, and the
+HTML report reads the few rows it embeds back from it. The text is what the engine kept
+(answers redacted by the client, llm/redaction.py): nothing is added here.
+
+A line is `{"nodeid": ..., "calls": [...]}`, or with --geo-repeats
+`{"nodeid": ..., "repeats": [{"repeat": 0, "calls": [...]}, ...]}`; lines come in the
+order rows finished, which is not the report's order: a reader matches them by node id."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import tempfile
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from pytest_geo.data.files import open_atomic
+from pytest_geo.data.record import RowRecord
+
+SUFFIX = ".transcripts.jsonl.gz"
+# Transcripts repeat the same prompts row after row: the fastest level already shrinks
+# them about 20x, and costs a fraction of the default level's CPU per row.
+COMPRESSION = 1
+
+
+def transcripts_path(report: str | Path) -> Path:
+    """`r.json` and `r.html` -> `r.transcripts.jsonl.gz`, in the report's folder."""
+    path = Path(report)
+    return path.with_name(path.stem + SUFFIX) if path.suffix else path.with_name(path.name + SUFFIX)
+
+
+def take_transcript(record: RowRecord) -> dict[str, Any] | None:
+    """Take the calls out of `record` (in place), leaving their count in `n_calls`; the
+    row's transcript line, or None when the row made no call."""
+    repeats = record.get("repeats")
+    if repeats:
+        runs = [{"repeat": r.get("repeat", i), "calls": r.pop("calls", [])} for i, r in enumerate(repeats)]
+        record.pop("calls", None)
+        record["n_calls"] = sum(len(r["calls"]) for r in runs)
+        return {"nodeid": record["nodeid"], "repeats": runs}
+    calls = record.pop("calls", None)
+    if calls is None:
+        return None
+    record["n_calls"] = len(calls)
+    return {"nodeid": record["nodeid"], "calls": calls}
+
+
+def slim_copy(record: RowRecord) -> RowRecord:
+    """A copy sharing everything with `record` but its calls, the only part changed."""
+    copied = RowRecord(**record)
+    if record.get("repeats"):
+        copied["repeats"] = [dict(r) for r in record["repeats"]]
+    return copied
+
+
+def with_transcript(record: Mapping[str, Any], line: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record with its calls put back from its transcript line (a copy)."""
+    full = dict(record)
+    if line is None:
+        return full
+    if "repeats" in line and full.get("repeats"):
+        full["repeats"] = [{**r, "calls": run.get("calls", [])} for r, run in zip(full["repeats"], line["repeats"],
+                                                                                  strict=False)]
+    elif "calls" in line:
+        full["calls"] = line["calls"]
+    return full
+
+
+def line_text(line: Mapping[str, Any]) -> str:
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+
+
+class TranscriptSpool:
+    """Transcript lines as rows finish, gzip-compressed in an anonymous temporary file
+    (removed by the system however the run ends). With `keep=False` (no report asked)
+    the calls are only taken out. With `copy=True` (an xdist worker: the record is still
+    on its way to the controller, which keeps the calls) the record is left as it is and
+    a copy without calls is kept."""
+
+    def __init__(self, keep: bool = True, copy: bool = False) -> None:
+        self.keep, self.copy = keep, copy
+        self.rows = 0
+        self._file: IO[bytes] | None = tempfile.TemporaryFile() if keep else None  # noqa: SIM115 (closed in close())
+        self._gzip: gzip.GzipFile | None = (
+            gzip.GzipFile(fileobj=self._file, mode="wb", compresslevel=COMPRESSION, mtime=0)
+            if self._file is not None else None)
+
+    def take(self, record: RowRecord) -> RowRecord:
+        """The record to keep: `record` without its calls (a copy with `copy=True`)."""
+        if self.copy:
+            record = slim_copy(record)
+        line = take_transcript(record)
+        if line is not None and self._gzip is not None:
+            self._gzip.write(line_text(line).encode("utf-8"))
+            self.rows += 1
+        return record
+
+    def _finished(self) -> IO[bytes] | None:
+        """The spool's file with the gzip stream ended (no more lines after this)."""
+        if self._gzip is not None:
+            self._gzip.close()
+            self._gzip = None
+        return self._file
+
+    def lines(self, nodeids: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
+        """The lines, in the order rows finished (only those of `nodeids` when given)."""
+        spool = self._finished()
+        if spool is None or not self.rows:
+            return
+        spool.seek(0)
+        with gzip.GzipFile(fileobj=spool, mode="rb") as reader:
+            for text in reader:
+                if nodeids is not None and _nodeid(text) not in nodeids:
+                    continue
+                yield json.loads(text)
+
+    def write_to(self, path: Path) -> None:
+        """Copy the compressed lines to `path` (atomically: a temp file renamed over it)."""
+        spool = self._finished()
+        if spool is None:
+            return
+        spool.seek(0)
+        with open_atomic(path) as out:
+            shutil.copyfileobj(spool, out, 1 << 20)
+
+    def close(self) -> None:
+        self._finished()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _nodeid(line: bytes) -> str | None:
+    """A line's node id without parsing the whole line (it is written first)."""
+    prefix = b'{"nodeid":'
+    if not line.startswith(prefix):
+        return None
+    value, _ = json.JSONDecoder().raw_decode(line[len(prefix):].decode("utf-8"))
+    return value if isinstance(value, str) else None
