@@ -2,7 +2,8 @@
 
 Runs the plugin in mock mode over N GEO rows (a fresh subprocess) writing the JSON and
 HTML reports, then prints, side by side:
-  - sizes: JSON report, HTML page, and the page's parts (rows data, transcripts data);
+  - sizes: JSON report, HTML page, transcripts file, and the page's rows data against
+    what embedding every row's transcript would add;
   - render_html() time against json.dumps of the same report (the JSON report's cost);
   - in headless Chromium (when installed): load to first rows shown, first expand
     (which parses the transcripts), a sort and the errors filter, for the N-row page
@@ -14,6 +15,7 @@ HTML reports, then prints, side by side:
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -27,6 +29,7 @@ from typing import Any
 from common import PROMPTS
 
 from pytest_geo.report.html import render_html
+from pytest_geo.report.transcripts import with_transcript
 from pytest_geo.report.viewer_data import script_json, viewer_data
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -108,14 +111,18 @@ def main() -> None:
         report = run_plugin(directory, args.rows, args.candidates)
         json_size = (directory / "r.json").stat().st_size
         html_size = (directory / "r.html").stat().st_size
-        table, transcripts = viewer_data(report["rows"])
+        file = directory / report["transcripts"]["path"]
+        with gzip.open(file, "rt", encoding="utf-8") as handle:
+            lines = {line["nodeid"]: line for line in map(json.loads, handle)}
+        rows = [with_transcript(r, lines.get(r["nodeid"])) for r in report["rows"]]
+        table, transcripts = viewer_data(rows)
         rows_part, transcripts_part = len(script_json(table).encode()), len(script_json(transcripts).encode())
-        raw_calls = sum(len(json.dumps(r.get("calls", []), ensure_ascii=False).encode()) for r in report["rows"])
+        raw_calls = sum(len(json.dumps(line, ensure_ascii=False).encode()) for line in lines.values())
         print(f"JSON report {json_size / 1e6:.1f} MB; HTML {html_size / 1e6:.1f} MB "
-              f"({html_size / json_size:.2f}x the JSON report)")
-        print(f"  HTML parts: rows data {rows_part / 1e6:.1f} MB, transcripts data {transcripts_part / 1e6:.1f} MB "
-              f"(the calls as in the JSON report: {raw_calls / 1e6:.1f} MB; shared strings stored once: "
-              f"{transcripts_part / raw_calls:.2f}x)")
+              f"({html_size / json_size:.2f}x the JSON report); transcripts file {file.stat().st_size / 1e6:.1f} MB "
+              f"({raw_calls / 1e6:.1f} MB uncompressed)")
+        print(f"  HTML parts: rows data {rows_part / 1e6:.1f} MB; every row's transcript, if the page embedded them "
+              f"all: {transcripts_part / 1e6:.1f} MB (shared strings stored once)")
         rendering = best_of(3, lambda: render_html(report))
         dumping = best_of(3, lambda: json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
         print(f"render_html {rendering:.2f} s vs json.dumps of the report {dumping:.2f} s "

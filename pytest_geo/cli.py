@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-retries", type=non_negative_int, default=None, metavar="N",
                           help=f"retries of a failed model call (default: {DEFAULT_MAX_RETRIES})")
     evaluate.add_argument("--report", type=Path, default=None, metavar="PATH",
-                          help="write the JSON report (the schema of pytest --geo-report) to PATH")
+                          help="write the JSON report (the schema of pytest --geo-report) to PATH, and the rows' "
+                               "model calls beside it to <PATH stem>.transcripts.jsonl.gz")
     evaluate.add_argument("--html", type=Path, default=None, metavar="PATH",
                           help="write the self-contained HTML report to PATH")
     evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",

@@ -4,6 +4,7 @@ key-like tokens, on their own, and the run's key in every form an answer can car
 from __future__ import annotations
 
 import base64
+import gzip
 import html
 import json
 import urllib.parse
@@ -108,9 +109,12 @@ def test_no_file_the_run_writes_nor_the_terminal_holds_the_key_in_any_form(
     inputs = {served_project.pytester.path / "rows.jsonl"}
     files = [p for p in served_project.pytester.path.rglob("*") if p.is_file() and p not in inputs
              and "prompts" not in p.parts]
-    assert {p.name for p in files} >= {"r.json", "r.html", "j.xml"} and any(p.suffix == ".jsonl" and "geo" in p.parts
-                                                                           for p in files)  # cache entries
-    texts = {str(p): p.read_text(encoding="utf-8", errors="replace") for p in files}
+    assert {p.name for p in files} >= {"r.json", "r.html", "j.xml", "r.transcripts.jsonl.gz"} and any(
+        p.suffix == ".jsonl" and "geo" in p.parts for p in files)  # cache entries
+    texts = {str(p): (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()).decode(
+        "utf-8", errors="replace") for p in files}
+    # The transcripts hold the answers that carried the key, with the key replaced.
+    assert texts[str(served_project.pytester.path / "r.transcripts.jsonl.gz")].count("[key]") >= 2
     texts.update(stdout=result.stdout.str(), stderr=result.stderr.str())
     found = [(name, form) for name, text in texts.items() for form, written in forms_of(KEY).items()
              if written in text]

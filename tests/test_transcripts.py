@@ -3,6 +3,7 @@ in experiment order, from the engine through xdist into the JSON report; never t
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import pytest
 from fake_openai import completion
 from test_reporting import read, transcript_lines, validate, with_calls
 
-from conftest import DUMMY_KEY, GeoProject
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
 from pytest_geo.templates import render
 
 STEPS = ["rank_before", "rewrite", "rank_after"]
@@ -105,3 +107,49 @@ def test_calls_reach_the_report_under_xdist_and_per_repeat(geo_project: pytest.P
             ids = [json.loads(line)["id"] for line in ranking["messages"][1]["content"].splitlines()
                    if line.startswith('{"id"')]
             assert not ids or ids == repeat["order"]
+
+
+def assert_report_and_transcripts_file(report_path: Path, rows: int) -> None:
+    """The report keeps every row's results and how many calls it made, no call itself,
+    and names the transcripts file beside it: one gzip JSON line per row, read with the
+    stdlib alone, holding exactly that many calls."""
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert report["format_version"] == 2
+    assert report["transcripts"] == {"path": report_path.stem + ".transcripts.jsonl.gz", "rows": rows}
+    assert len(report["rows"]) == rows
+    for row in report["rows"]:
+        assert "calls" not in row and row["n_calls"] == 3
+        assert {"nodeid", "score", "rank_before", "rank_after", "feedback", "error", "query",
+                "original_description", "rewritten_description"} <= set(row)
+    with gzip.open(report_path.parent / report["transcripts"]["path"], "rt", encoding="utf-8") as handle:
+        lines = [json.loads(text) for text in handle]
+    assert sorted(line["nodeid"] for line in lines) == sorted(row["nodeid"] for row in report["rows"])
+    assert all([c["step"] for c in line["calls"]] == STEPS for line in lines)
+
+
+def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: pytest.Pytester) -> None:
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "out/r.json",
+                                   "--geo-html", "out/page.html")
+    result.assert_outcomes(passed=8)
+    assert_report_and_transcripts_file(geo_project.path / "out" / "r.json", 8)
+    assert sorted(p.name for p in (geo_project.path / "out").iterdir()) == ["page.html", "r.json",
+                                                                           "r.transcripts.jsonl.gz"]
+    page = (geo_project.path / "out" / "page.html").read_text(encoding="utf-8")
+    assert '"transcripts":{"embedded":8,"errors":200,"file":"r.transcripts.jsonl.gz","first":200,"rows":8}' in page
+
+
+def test_the_page_alone_gets_the_transcripts_file_and_no_report_gets_none(geo_project: pytest.Pytester) -> None:
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "page.html").assert_outcomes(passed=8)
+    with gzip.open(geo_project.path / "page.transcripts.jsonl.gz", "rt", encoding="utf-8") as handle:
+        assert len(handle.readlines()) == 8
+    (geo_project.path / "page.transcripts.jsonl.gz").unlink()
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
+    assert list(geo_project.path.rglob("*.gz")) == []
+
+
+def test_egeo_writes_the_same_report_and_transcripts_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    egeo_workdir(tmp_path, monkeypatch, 5)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--mock", "--no-cache",
+                 "--report", "e.json", "--html", "e.html"])
+    assert code == 0
+    assert_report_and_transcripts_file(tmp_path / "e.json", 5)

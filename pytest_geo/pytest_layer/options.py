@@ -90,7 +90,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--geo-seed", type=any_int, default=None, metavar="N",
                     help=f"seed for choosing a missing target_id (ini: geo_seed; default: {DEFAULT_SEED}).")
     group.addoption("--geo-report", metavar="PATH", default=None,
-                    help="write the JSON report (aggregates and one record per row) to PATH.")
+                    help="write the JSON report (aggregates and one record per row) to PATH, and the rows' model "
+                         "calls beside it to <PATH stem>.transcripts.jsonl.gz.")
     for role in ROLES:
         group.addoption(f"--geo-{role}-model", metavar="MODEL", default=None,
                         help=f"model for the {role} role (ini: geo_{role}_model; env: {MODEL_ENV[role]}; "
@@ -181,7 +182,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="with --geo-baseline: fail the run when a suite drops significantly "
                          "(paired sign test p < 0.05 and mean difference < 0).")
     group.addoption("--geo-html", metavar="PATH", default=None,
-                    help="write a self-contained HTML report to PATH.")
+                    help="write a self-contained HTML report to PATH (it embeds the model calls of the first 200 "
+                         "rows and 200 errored ones; the rest open from the transcripts file).")
     group.addoption("--geo-variant", type=variant, action="append", default=[], metavar="NAME=PATH",
                     help="compare rewriting strategies in one run; repeatable. PATH is a rewriter user "
                          "template, or a directory whose rewriter_*.txt override the run's prompts. Each row "
