@@ -135,7 +135,7 @@ def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: py
     assert sorted(p.name for p in (geo_project.path / "out").iterdir()) == ["page.html", "r.json",
                                                                            "r.transcripts.jsonl.gz"]
     page = (geo_project.path / "out" / "page.html").read_text(encoding="utf-8")
-    assert '"transcripts":{"embedded":8,"errors":200,"file":"r.transcripts.jsonl.gz","first":200,"rows":8}' in page
+    assert '"transcripts":{"file":"r.transcripts.jsonl.gz","embedded":8,"rows":8,"first":200,"errors":200}' in page
 
 
 def test_the_page_alone_gets_the_transcripts_file_and_no_report_gets_none(geo_project: pytest.Pytester) -> None:

@@ -222,9 +222,10 @@ SAMPLE_FIRST, SAMPLE_ERRORS = 200, 200  # a page embeds the transcripts of at mo
 @dataclass(frozen=True)
 class TranscriptSample:
     """The transcripts a page embeds when the rows' calls are in the transcripts file:
-    `lines` by node id, and that file's name (beside the page) and number of rows."""
+    `lines` (their JSON text) by node id, and that file's name (beside the page) and
+    number of rows."""
 
-    lines: Mapping[str, Mapping[str, Any]]
+    lines: Mapping[str, str]
     file: str | None
     rows: int
 

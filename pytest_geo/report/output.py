@@ -76,7 +76,7 @@ def _write_transcripts(results: Results, spool: TranscriptSpool, json_path: str 
 def _sample(report: dict[str, Any], spool: TranscriptSpool) -> TranscriptSample:
     """The transcripts the page embeds, read back from the spool (a bounded number)."""
     wanted = sample_nodeids(report["rows"])
-    lines = {line["nodeid"]: line for line in spool.lines(wanted)}
+    lines = dict(spool.lines(wanted))
     written = report.get("transcripts")
     return TranscriptSample(lines, written["path"] if written else None, spool.rows)
 

@@ -109,17 +109,18 @@ class TranscriptSpool:
             self._gzip = None
         return self._file
 
-    def lines(self, nodeids: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
-        """The lines, in the order rows finished (only those of `nodeids` when given)."""
+    def lines(self, nodeids: Collection[str] | None = None) -> Iterator[tuple[str, str]]:
+        """(node id, the line's JSON text) in the order rows finished; only those of
+        `nodeids` when given. Text, not parsed: a line is parsed when it is used."""
         spool = self._finished()
         if spool is None or not self.rows:
             return
         spool.seek(0)
         with gzip.GzipFile(fileobj=spool, mode="rb") as reader:
-            for text in reader:
-                if nodeids is not None and _nodeid(text) not in nodeids:
-                    continue
-                yield json.loads(text)
+            for raw in reader:
+                nodeid = _nodeid(raw)
+                if nodeid is not None and (nodeids is None or nodeid in nodeids):
+                    yield nodeid, raw.decode("utf-8")
 
     def write_to(self, path: Path) -> None:
         """Copy the compressed lines to `path` (atomically: a temp file renamed over it)."""

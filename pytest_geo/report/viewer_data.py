@@ -126,10 +126,10 @@ def decimals_of(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
             "delta": decimals("rank_improvement", 2), "score": decimals("score", 4)}
 
 
-def transcript_views(rows: Sequence[Mapping[str, Any]],
-                     lines: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def transcript_views(rows: Sequence[Mapping[str, Any]], lines: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The transcripts the page embeds, keyed by row index: every row's calls held on the
-    rows themselves, or with `lines` (node id -> transcripts file line) those rows only."""
+    rows themselves, or with `lines` (node id -> a transcripts file line's JSON text)
+    those rows only, each line parsed only while its view is built."""
     strings = StringTable()
     views: dict[str, Any] = {}
     for i, record in enumerate(rows):
@@ -137,7 +137,7 @@ def transcript_views(rows: Sequence[Mapping[str, Any]],
             line = lines.get(str(record.get("nodeid")))
             if line is None:
                 continue
-            record = with_transcript(record, line)
+            record = with_transcript(record, json.loads(line))
         view = transcript_view(record, strings)
         if view is not None:
             views[str(i)] = view
