@@ -249,7 +249,7 @@ def test_a_row_whose_transcript_is_not_in_the_page_reads_it_from_the_file(page: 
     last.locator("button.toggle").click()
     missing = page.locator(".transcript.missing")
     assert "This row's model calls are not in this page (it holds 200 of the rows' transcripts). They are in " \
-           "many.transcripts.jsonl.gz, beside this page: open it to read them." in missing.inner_text()
+           "many.transcripts.jsonl.gz, beside the report: open it to read them." in missing.inner_text()
     assert page.locator(".transcript details.call").count() == 0
     missing.locator("input[type=file]").set_input_files(str(many_rows / "many.transcripts.jsonl.gz"))
     calls = page.locator(".transcript details.call")

@@ -172,7 +172,7 @@
       box.appendChild(el("p", "meta", "This row's model calls are not in this page, and no transcripts file was written."));
     } else {
       box.appendChild(el("p", "meta", "This row's model calls are not in this page (it holds " + sample.embedded +
-        " of the rows' transcripts). They are in " + sample.file + ", beside this page: open it to read them" +
+        " of the rows' transcripts). They are in " + sample.file + ", beside the report: open it to read them" +
         (opened !== null ? " (the file opened has no line for this row)." : ".")));
       var label = el("label", "", "open " + sample.file + " ");
       var input = el("input", "transcripts-file");
