@@ -313,15 +313,15 @@ def _progress(settings: Settings) -> ProgressDisplay | None:
     return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
 
 
-def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None) -> list[Outcome]:
+def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None) -> Iterator[Outcome]:
+    """Each row's outcome in order, as it is ready: the caller records it (its transcript
+    goes to the spool) before the next, so finished rows' calls do not pile up in memory."""
     geo.schedule_many(rows)
-    outcomes = []
     for row in rows:
         future = geo.scheduled(row)
         if display is not None and future is not None:
             display.wait(future, lambda: status_text(geo.progress(len(rows))))
-        outcomes.append(geo.outcome(row))
-    return outcomes
+        yield geo.outcome(row)
 
 
 def evaluate(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_reporting import transcript_lines
 
 from conftest import cache_entries, copy_prompts
 
@@ -31,6 +32,7 @@ def without_timings(report: dict[str, Any]) -> dict[str, Any]:
     report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
     report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
     report.pop("concurrency")  # the workers' limits add up: it differs by design (test_xdist.py)
+    report["transcripts"] = {k: v for k, v in report["transcripts"].items() if k != "path"}  # each names its own
     return report
 
 
@@ -53,6 +55,9 @@ def test_colliding_names_keep_each_row_its_own_data_with_and_without_workers(pyt
     assert without_timings(reports[0]) == without_timings(reports[1])
     rows = reports[0]["rows"]
     assert len({r["nodeid"] for r in rows}) == len(source)
+    for workers in ("0", "2"):  # one transcript per row, under its own node id
+        lines = transcript_lines(pytester.path / f"r{workers}.json")
+        assert sorted(t["nodeid"] for t in lines) == sorted(r["nodeid"] for r in rows)
     for row in rows:
         line = source[row["line"] - 1]
         assert row["target_id"] == line["target_id"]
