@@ -127,7 +127,7 @@ def main() -> None:
         dumping = best_of(3, lambda: json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False))
         print(f"render_html {rendering:.2f} s vs json.dumps of the report {dumping:.2f} s "
               f"({rendering / dumping:.2f}x)")
-        small = dict(report, rows=report["rows"][:200])
+        small = dict(report, rows=rows[:200])  # the rows with their calls: all embedded
         (directory / "small.html").write_text(render_html(small), encoding="utf-8")
         big_figures = browser_figures(directory / "r.html")
         small_figures = browser_figures(directory / "small.html")
