@@ -315,9 +315,8 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
     geo.schedule_many(rows)
     outcomes = []
     for row in rows:
-        future = geo.scheduled(row)
-        if display is not None and future is not None:
-            display.wait(future, lambda: status_text(geo.progress(len(rows))))
+        if display is not None:
+            display.wait(geo.needed(row), lambda: status_text(geo.progress(len(rows))))
         outcomes.append(geo.outcome(row))
     return outcomes
 
