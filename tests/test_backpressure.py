@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPTS, SMOKE
 
+from conftest import PROMPTS, SMOKE
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.session import GeoSession
