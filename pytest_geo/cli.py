@@ -318,9 +318,8 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
     goes to the spool) before the next, so finished rows' calls do not pile up in memory."""
     geo.schedule_many(rows)
     for row in rows:
-        future = geo.scheduled(row)
-        if display is not None and future is not None:
-            display.wait(future, lambda: status_text(geo.progress(len(rows))))
+        if display is not None:
+            display.wait(geo.needed(row), lambda: status_text(geo.progress(len(rows))))
         yield geo.outcome(row)
 
 

@@ -289,10 +289,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if progress is not None and isinstance(item, GeoRowItem):
         progress.wait_for(item.row)  # before the item's output starts: the status line shows meanwhile
     result = yield
-    if item.session.shouldfail or item.session.shouldstop:
-        geo = running_session(item.config)
-        if geo is not None:
-            geo.cancel_pending()
+    geo = running_session(item.config)
+    if geo is not None and isinstance(item, GeoRowItem) and (row := item.row_not_run) is not None:
+        geo.cancel(row)  # scheduled, never taken: not needed, and its place in the runner's window is freed
+    if geo is not None and (item.session.shouldfail or item.session.shouldstop):
+        geo.cancel_pending()
     return result
 
 

@@ -80,7 +80,7 @@ class GeoSession:
         for row in fresh:
             if row.variant is not None:
                 self.shared_ranks.expect(row)  # before any variant of the row can finish
-        futures = self.runner.submit_many([functools.partial(self._run, row) for row in fresh])
+        futures = self.runner.submit_many([functools.partial(self._run, row) for row in fresh], windowed=True)
         self._futures.update((row.key, future) for row, future in zip(fresh, futures, strict=True))
         for row, future in zip(fresh, futures, strict=True):
             if row.variant is not None:
@@ -92,6 +92,13 @@ class GeoSession:
 
     def scheduled(self, row: GeoRow) -> concurrent.futures.Future[Outcome] | None:
         return self._futures.get(row.key)
+
+    def needed(self, row: GeoRow) -> concurrent.futures.Future[Outcome]:
+        """The row's future, for a caller about to wait on it: scheduled if nobody did,
+        and started now if it is still queued behind the runner's window."""
+        future = self.schedule(row)
+        self.runner.hasten(future, functools.partial(self._run, row))
+        return future
 
     async def _run(self, row: GeoRow) -> Outcome:
         """Runs once the runner gave the row a slot: from here it is in flight."""
@@ -116,12 +123,13 @@ class GeoSession:
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
-        finished rows do not pile up in memory."""
-        future = self.schedule(row)
+        finished rows do not pile up in memory, and its window place goes to a queued row."""
+        future = self.needed(row)
         try:
             return future.result()
         finally:
             self._futures.pop(row.key, None)
+            self.runner.consumed(future)
 
     def evaluate(self, rows: Iterable[GeoRow]) -> list[GeoOutcome]:
         rows = list(rows)
@@ -163,6 +171,7 @@ class GeoSession:
         future = self._futures.pop(row.key, None)
         if future is not None:
             future.cancel()
+            self.runner.consumed(future)  # finished already (cancel refused): its place is free too
 
     def cancel_pending(self) -> int:
         return self.runner.cancel_pending()

@@ -83,6 +83,12 @@ class GeoRowItem(GeoItem):
             self._row = GeoRow.unpacked(self._packed)
         return self._row
 
+    @property
+    def row_not_run(self) -> GeoRow | None:
+        """The row if the item ended without running it (skipped, setup failed): the
+        session still holds it scheduled. None once run (it is packed then)."""
+        return self._row
+
     def runtest(self) -> None:
         row = self.row
         try:

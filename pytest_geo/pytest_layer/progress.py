@@ -59,5 +59,5 @@ class PluginProgress:
 
     def wait_for(self, row: GeoRow) -> None:
         future = self.geo.scheduled(row)
-        if future is not None:
-            self.display.wait(future, lambda: status_text(self.geo.progress(self.selected)))
+        if future is not None:  # a row scheduled later (a --geo-sequential round) is waited for by the item
+            self.display.wait(self.geo.needed(row), lambda: status_text(self.geo.progress(self.selected)))
