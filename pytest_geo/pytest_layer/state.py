@@ -3,6 +3,7 @@ the hooks, so collectors, items and plugin.py import it and not each other."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,14 @@ def geo_session_of(config: pytest.Config) -> GeoSession:
 
 
 def _start(config: pytest.Config) -> GeoSession:
+    settings = settings_of(config)
+    if not settings.mock:
+        # The engine's and the SDK's imports come next: the garbage left so far (a test
+        # module's cycles) is finalized here, outside any import. A finalizer run by a
+        # collection that starts inside an import's module lock, and importing anything
+        # (pytest's report of what it raised does), breaks that import with a KeyError on
+        # Python 3.10 and 3.11 (CPython gh-87712).
+        gc.collect()
     # Imported here: the plugin loads in every pytest run, the engine (asyncio, the fact
     # checker's patterns) only in runs that use a model.
     from pytest_geo.engine.session import GeoSession
@@ -66,7 +75,6 @@ def _start(config: pytest.Config) -> GeoSession:
     from pytest_geo.pytest_layer.options import set_cache_location
     from pytest_geo.templates import PromptError
 
-    settings = settings_of(config)
     set_cache_location(config, settings)
     try:
         client = config.hook.pytest_geo_make_client(config=config, settings=settings)
