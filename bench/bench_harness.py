@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import openai
@@ -80,7 +79,7 @@ def sequential_reference(url: str, rows: list[GeoRow]) -> float:
                           "target_id": target.id, "title": target.title, "description": target.description}
         rewritten = _answer(client, render(prompts.rewriter_system, rewrite_values),
                             render(prompts.rewriter_user, rewrite_values))
-        new = [c if c.id != target.id else replace(c, description=str(rewritten.get("rewritten_description", "")))
+        new = [c if c.id != target.id else c._replace(description=str(rewritten.get("rewritten_description", "")))
                for c in row.candidates]
         values = candidate_values(row.query, row.query_id, tuple(new))
         _answer(client, render(prompts.ranker_system, values), render(prompts.ranker_user, values))
