@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import openai
-from common import PROMPTS, fake_server
+from common import PROMPTS, fake_server, write_decoy_dataset
 
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.experiment import candidate_values
@@ -44,19 +44,6 @@ from pytest_geo.templates import render
 CANDIDATES = 10
 MODEL = "gpt-4o-mini"
 JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
-
-def write_rows(n: int, path: Path) -> None:
-    """n rows of 10 candidates: the target, a close match and eight decoys."""
-    with path.open("w", encoding="utf-8") as handle:
-        for i in range(n):
-            decoys = [{"id": f"d{i}-{k}", "title": f"Kettle {k}", "description": f"a kettle, model {k}"}
-                      for k in range(CANDIDATES - 2)]
-            handle.write(json.dumps({
-                "query_id": f"r{i}", "query": f"red kettle number {i}", "target_id": f"t{i}",
-                "candidates": [{"id": f"a{i}", "title": "Red kettle", "description": f"red kettle number {i}"},
-                               *decoys,
-                               {"id": f"t{i}", "title": "Thing", "description": "steel, 1.7 litres"}]}) + "\n")
 
 
 def _answer(client: openai.OpenAI, system: str, user: str) -> dict[str, object]:
@@ -108,7 +95,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         dataset = directory / "rows.jsonl"
-        write_rows(args.rows, dataset)
+        write_decoy_dataset(args.rows, dataset, CANDIDATES)
         rows = [r for r in iter_dataset(dataset, 0) if isinstance(r, GeoRow)]
         (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         with fake_server(args.latency) as url:

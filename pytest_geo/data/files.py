@@ -29,12 +29,7 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     also fsyncs before the rename (the cache skips it: a lost entry is only a miss).
     The temporary file is opened with plain `os` calls: the answer cache writes one per
     model call, and mkstemp's random names and a text wrapper cost more than the write."""
-    try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
+    mode, fd, tmp = _begin(path)
     try:
         try:
             data = memoryview(text.encode("utf-8"))
@@ -44,9 +39,7 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        if mode is not None and mode != NEW_FILE_MODE:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        _finish(tmp, path, mode)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -58,26 +51,38 @@ def open_atomic(path: Path, *, buffering: int = 1 << 20) -> Iterator[BinaryIO]:
     beside it, fsynced, then renamed over it (an existing file keeps its permissions);
     removed instead when the block raises. A report of any size is written this way in
     memory that does not grow with it."""
-    try:
-        mode: int | None = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path)
+    mode, fd, tmp = _begin(path)
     try:
         with os.fdopen(fd, "wb", buffering=buffering) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        if mode is not None and mode != NEW_FILE_MODE:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        _finish(tmp, path, mode)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
 _TEMPS = itertools.count()
+
+
+def _begin(path: Path) -> tuple[int | None, int, Path]:
+    """The mode `path` has now (None when it does not exist), and a new temporary file
+    beside it: its descriptor and name."""
+    try:
+        mode: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_temp(path)
+    return mode, fd, tmp
+
+
+def _finish(tmp: Path, path: Path, mode: int | None) -> None:
+    """The written temporary file takes the old file's permissions and its place."""
+    if mode is not None and mode != NEW_FILE_MODE:
+        os.chmod(tmp, mode)
+    os.replace(tmp, path)
 
 
 def _create_temp(path: Path) -> tuple[int, Path]:
