@@ -39,8 +39,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_harness import CANDIDATES, write_rows
-from common import fake_server
+from bench_harness import CANDIDATES
+from common import fake_server, write_decoy_dataset
 
 FIRST_MARGIN = 0.3  # seconds over import openai (+ pytest's own start)
 EXIT_MARGIN = 0.2  # seconds after the last answer
@@ -136,7 +136,7 @@ def main() -> None:
     pythons = args.python or [python]
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        write_rows(args.rows, directory / "rows.jsonl")
+        write_decoy_dataset(args.rows, directory / "rows.jsonl", CANDIDATES)
         (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
         (directory / "empty").mkdir()
         baselines = {
