@@ -420,6 +420,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     for kind, path in (("report", args.report), ("HTML report", args.html)):
         if path in written:
             print(f"{kind} written to {path}", file=sys.stderr)
+    if results.transcripts_path is not None:
+        print(f"transcripts written to {results.transcripts_path}", file=sys.stderr)
     for error in results.write_errors:
         print(error, file=sys.stderr)
     failed = results.problems or results.write_errors or not results.complete

@@ -48,7 +48,8 @@ def test_report_and_html_with_repeats(workdir: Path, capsys: pytest.CaptureFixtu
     assert all(len(row["repeats"]) == 2 for row in report["rows"])
     assert report["metadata"]["repeats"] == 2
     assert (workdir / "r.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    assert err.splitlines()[-2:] == ["report written to r.json", "HTML report written to r.html"]
+    assert err.splitlines()[-3:] == ["report written to r.json", "HTML report written to r.html",
+                                     "transcripts written to r.transcripts.jsonl.gz"]
 
 
 def test_a_report_that_cannot_be_written_is_one_line_and_the_other_is_written(

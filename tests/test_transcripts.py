@@ -131,6 +131,8 @@ def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: py
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "out/r.json",
                                    "--geo-html", "out/page.html")
     result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["report written to out/r.json", "HTML report written to out/page.html",
+                                 "transcripts written to out/r.transcripts.jsonl.gz"])
     assert_report_and_transcripts_file(geo_project.path / "out" / "r.json", 8)
     assert sorted(p.name for p in (geo_project.path / "out").iterdir()) == ["page.html", "r.json",
                                                                            "r.transcripts.jsonl.gz"]
@@ -139,17 +141,24 @@ def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: py
 
 
 def test_the_page_alone_gets_the_transcripts_file_and_no_report_gets_none(geo_project: pytest.Pytester) -> None:
-    geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "page.html").assert_outcomes(passed=8)
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "page.html")
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["transcripts written to page.transcripts.jsonl.gz"])
     with gzip.open(geo_project.path / "page.transcripts.jsonl.gz", "rt", encoding="utf-8") as handle:
         assert len(handle.readlines()) == 8
     (geo_project.path / "page.transcripts.jsonl.gz").unlink()
-    geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
+    result.assert_outcomes(passed=8)
+    result.stdout.no_fnmatch_line("*transcripts written*")
     assert list(geo_project.path.rglob("*.gz")) == []
 
 
-def test_egeo_writes_the_same_report_and_transcripts_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_egeo_writes_the_same_report_and_transcripts_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, 5)
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--mock", "--no-cache",
                  "--report", "e.json", "--html", "e.html"])
     assert code == 0
+    assert capsys.readouterr().err.splitlines()[-3:] == [
+        "report written to e.json", "HTML report written to e.html", "transcripts written to e.transcripts.jsonl.gz"]
     assert_report_and_transcripts_file(tmp_path / "e.json", 5)

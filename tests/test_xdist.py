@@ -66,7 +66,7 @@ def geo_summary(result: pytest.RunResult) -> list[str]:
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "pytest-geo evaluation" in line)
     # The concurrency line adds up the workers' limits, so it differs by design.
-    return [line for line in lines[start + 1:] if not line.startswith(("report written", "=", "concurrency:"))]
+    return [line for line in lines[start + 1:] if not line.startswith(("report written", "transcripts written", "=", "concurrency:"))]
 
 
 @pytest.fixture

@@ -72,5 +72,7 @@ def terminal_summary(config: pytest.Config, results: Results, terminalreporter: 
                (("--geo-report", "report", config.getoption("geo_report")),
                 ("--geo-html", "HTML report", config.getoption("geo_html")))
                if path and not any(flag in e for e in results.write_errors)]
+    if results.transcripts_path is not None:
+        written.append(f"transcripts written to {results.transcripts_path}")
     for line in terminal_lines(results, show_split=settings_of(config).split == "all", written=written):
         terminalreporter.write_line(printable(line))  # feedback holds model and dataset text

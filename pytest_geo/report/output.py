@@ -69,6 +69,7 @@ def _write_transcripts(results: Results, spool: TranscriptSpool, json_path: str 
             error = f"{who}: {flag}: cannot write the transcripts file {path}: {exc.strerror or exc}"
             results.write_errors.append(error + _remove_previous(path))
             return None
+        results.transcripts_path = str(path)
         return {"path": path.name, "rows": spool.rows}
     return None
 

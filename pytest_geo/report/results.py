@@ -132,6 +132,7 @@ class Results:
     not_needed: set[str] = field(default_factory=set)
     budget: BudgetStatus | None = None  # --geo-budget: spent, and why it stopped calls (llm/budget.py)
     write_errors: list[str] = field(default_factory=list)  # reports that could not be written, one line each
+    transcripts_path: str | None = None  # the transcripts file written beside a report (report/output.py)
     # Where each arriving record's calls go (report/transcripts.py): without one they stay
     # on the records (library use) until the reports are written.
     transcripts: TranscriptSpool | None = None
