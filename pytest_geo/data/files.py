@@ -32,9 +32,7 @@ def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     mode, fd, tmp = _begin(path)
     try:
         try:
-            data = memoryview(text.encode("utf-8"))
-            while data:
-                data = data[os.write(fd, data):]
+            write_all(fd, text.encode("utf-8"))
             if durable:
                 os.fsync(fd)
         finally:
@@ -61,6 +59,13 @@ def open_atomic(path: Path, *, buffering: int = 1 << 20) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd` (`os.write` may write part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 _TEMPS = itertools.count()

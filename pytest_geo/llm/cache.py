@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.data.files import open_regular
+from pytest_geo.data.files import open_regular, write_all
 from pytest_geo.llm.base import MAX_ANSWER_CHARS, MAX_TOKENS, ChatClient, ChatRequest, ChatResponse
 from pytest_geo.llm.profiles import sent_body
 
@@ -152,7 +152,7 @@ class ResponseCache:
                 return
             offset = writer.scanned
             try:
-                _write_all(writer.fd, line)
+                write_all(writer.fd, line)
             except OSError:
                 self._unwritable = True  # a full disk: the rest of the run writes nothing
                 return
@@ -307,7 +307,7 @@ class ResponseCache:
         try:
             size = os.fstat(fd).st_size
             if size > segment.scanned:  # an unfinished last line
-                _write_all(fd, b"\n")
+                write_all(fd, b"\n")
                 self._index_lines(segment)
         except OSError:
             self._unwritable = True
@@ -355,12 +355,6 @@ def _pread(at: Location) -> bytes | None:
         return os.pread(segment.fd, length, offset)
     except OSError:  # closed meanwhile, or unreadable
         return None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _entry(data: bytes | None, key: str) -> ChatResponse | str:
