@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 Message = Mapping[str, str]
 
@@ -42,6 +42,11 @@ MAX_ANSWER_CHARS = 1 << 20
 # Tokens of one call, prompt or completion: no context window comes near it; a count at or
 # over it (a server's, a cache entry's) is not believed.
 MAX_TOKENS = 10**9
+
+
+def is_token_count(value: object) -> TypeGuard[int]:
+    """A believable token count: an int (not a bool) in [0, MAX_TOKENS)."""
+    return type(value) is int and 0 <= value < MAX_TOKENS
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import open_regular, write_all
-from pytest_geo.llm.base import MAX_ANSWER_CHARS, MAX_TOKENS, ChatClient, ChatRequest, ChatResponse
+from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse, is_token_count
 from pytest_geo.llm.profiles import sent_body
 
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
@@ -378,7 +378,7 @@ def _is_entry(entry: Any, key: str) -> bool:
         return False
     if any(type(entry[name]) is not kind for name, kind in ENTRY_FIELDS.items()):
         return False
-    return entry["key"] == key and all(0 <= entry[n] < MAX_TOKENS for n in ("prompt_tokens", "completion_tokens"))
+    return entry["key"] == key and all(is_token_count(entry[n]) for n in ("prompt_tokens", "completion_tokens"))
 
 
 class CachedClient:

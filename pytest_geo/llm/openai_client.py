@@ -18,7 +18,7 @@ from typing import Any
 import openai
 
 from pytest_geo.llm import redaction
-from pytest_geo.llm.base import MAX_TOKENS, ChatRequest, ChatResponse, ModelError, RequestRefused
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused, is_token_count
 from pytest_geo.llm.profiles import Refusal, sent_body
 from pytest_geo.settings import DEFAULT_BASE_URL
 from pytest_geo.text import shorten
@@ -218,7 +218,7 @@ def completion_fields(completion: object) -> tuple[str, int, int, str | None]:
 
 
 def _token_count(value: object) -> int:
-    return value if type(value) is int and 0 <= value < MAX_TOKENS else 0
+    return value if is_token_count(value) else 0
 
 
 FATAL_STATUS = {401: "the key was refused", 403: "the key was refused", 404: "model or endpoint not found"}
