@@ -320,6 +320,7 @@ class GeoCollector:
         self.results = results_of(config)
         self.started = time.time()
         self.clock = time.perf_counter()
+        self.finished = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = getattr(report, "geo_record", None)
@@ -340,10 +341,20 @@ class GeoCollector:
         result = yield
         if not is_xdist_worker(self.config) and not self.config.option.collectonly:
             report_gates(session)
+            self.finish(session)  # a report that cannot be written fails here, before --junitxml writes
         return result
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The reports of a run cut short (interrupted, collect-only) are written here."""
+        self.finish(session)
+
+    def finish(self, session: pytest.Session) -> None:
+        """Once: close the engine, gather what it counted, send it on (a worker) or write
+        the reports (the process that prints)."""
+        if self.finished:
+            return
+        self.finished = True
         geo = running_session(self.config)
         if geo is not None:
             geo.close()

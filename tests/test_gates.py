@@ -128,3 +128,32 @@ def test_interrupted_run_checks_no_gate(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("test_answer.py", "-x", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, failed=1)
     assert "answer::threshold" not in result.stdout.str()
+
+
+REPORT_DIRECTORY_GOES = '''
+import shutil
+from pathlib import Path
+
+def pytest_sessionstart(session):
+    # after the start check passed: the report's directory becomes a file
+    if Path("out").is_dir():
+        shutil.rmtree("out", ignore_errors=True)
+        Path("out").write_text("")
+'''
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_report_that_could_not_be_written_is_a_failed_test_in_junit(geo_project: pytest.Pytester,
+                                                                       workers: str) -> None:
+    geo_project.makeconftest(REPORT_DIRECTORY_GOES)
+    (geo_project.path / "out").mkdir()
+    result = geo_project.runpytest("-n", workers, "data/smoke.jsonl", "--geo-mock", "--geo-report", "out/r.json",
+                                   "--junitxml", "j.xml", "-p", "no:cacheprovider", "-rf")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "1 failed, 8 passed" in final_line(result)
+    result.stdout.fnmatch_lines(["FAILED pytest-geo::report - pytest-geo: --geo-report: cannot write the *"])
+    assert failures_in_junit(geo_project.path / "j.xml") == {"pytest-geo::report": (
+        "pytest-geo: --geo-report: cannot write the transcripts file out/r.transcripts.jsonl.gz: Not a directory; "
+        "pytest-geo: --geo-report: cannot write out/r.json: Not a directory")}
+    suite = next(ET.parse(geo_project.path / "j.xml").getroot().iter("testsuite"))
+    assert (suite.get("tests"), suite.get("failures")) == ("9", "1")

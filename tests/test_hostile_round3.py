@@ -256,7 +256,7 @@ import os
 import pytest
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session):
+def pytest_runtestloop(session):  # reports are written when the loop ends
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     os.fsync = full  # reports are written durably (fsync before the rename); cache entries are not

@@ -36,7 +36,8 @@ REPORT_GATE = "pytest-geo::report"
 
 def write_reports(session: pytest.Session, results: Results, started: float, duration: float) -> None:
     """Write the reports asked for. Paths were checked at start; a write that still fails
-    (disk full) fails the run: a failed `pytest-geo::report` in the final line, exit status 1."""
+    (disk full) fails the run: a failed `pytest-geo::report` in the final line and the JUnit
+    XML (when called as the test loop ends), exit status 1."""
     config = session.config
     results.metadata = run_metadata(settings_of(config), started, duration)
     results.budget = final_budget(config)
