@@ -313,13 +313,15 @@ def _progress(settings: Settings) -> ProgressDisplay | None:
     return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
 
 
-def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None) -> Iterator[Outcome]:
+def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None,
+              selected: int) -> Iterator[Outcome]:
     """Each row's outcome in order, as it is ready: the caller records it (its transcript
-    goes to the spool) before the next, so finished rows' calls do not pile up in memory."""
+    goes to the spool) before the next, so finished rows' calls do not pile up in memory.
+    `selected`: the run's rows (under --sequential, every round's), as the status line counts them."""
     geo.schedule_many(rows)
     for row in rows:
         if display is not None:
-            display.wait(geo.needed(row), lambda: status_text(geo.progress(len(rows))))
+            display.wait(geo.needed(row), lambda: status_text(geo.progress(selected)))
         yield geo.outcome(row)
 
 
@@ -369,7 +371,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
             results.selected.update(nodeid for nodeid, _, _ in batch)
-            outcomes = _run_rows(geo, [row for _, _, row in batch], display)
+            outcomes = _run_rows(geo, [row for _, _, row in batch], display, len(named_rows))
             for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
                 if outcome.not_run:  # never sent (the budget, a server found unusable): no score
                     continue

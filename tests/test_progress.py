@@ -3,20 +3,29 @@ writes, so the final screen is pytest's own) and without one (plain lines, space
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import re
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import DUMMY_KEY, GeoProject
+from conftest import DUMMY_KEY, PROMPTS, SMOKE, GeoProject
+from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.progress import Snapshot
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.report import progress
 from pytest_geo.report.progress import ProgressDisplay, status_text
+from pytest_geo.settings import Settings
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
 
@@ -254,3 +263,68 @@ def test_a_run_of_short_calls_shows_the_line_on_a_terminal(served_project: GeoPr
                        served_project.pytester.path)
     assert STATUS.search(shown)
     assert "16 passed" in screen_without_timing(shown)[-1]  # and gone from the final screen
+
+
+STOPPING_CONFTEST = '''
+import asyncio
+from pytest_geo.llm.base import ServerUnusable
+from pytest_geo.llm.mock import MockClient
+
+class Stopping(MockClient):
+    """Row r0 answers slowly; every other row's calls are refused as a stopped server's are."""
+    async def complete(self, request):
+        if "number 0" not in request.context.get("query", ""):
+            raise ServerUnusable("the model server stopped answering")
+        await asyncio.sleep(1.2)
+        return await super().complete(request)
+
+def pytest_geo_make_client(config, settings):
+    return Stopping()
+'''
+
+
+def test_rows_not_run_are_counted_as_not_run_never_as_errors(
+        served_project: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
+    served_project.pytester.makeconftest(STOPPING_CONFTEST)
+    result = served_project.run(str(served_project.dataset(4)), "--geo-no-cache", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(["geo: 0/4 rows done, eta ?, 1 in flight, 0 errors, 3 not run, 0 retries, * tokens*"])
+    result.stdout.no_fnmatch_line("geo: */4 rows done, * [1-9] error*")
+
+
+def test_status_text_counts_rows_not_run_apart() -> None:
+    assert status_text(snap(done=20, errors=1, not_run=30, cost_nanousd=None)) == (
+        "geo: 20/80 rows done, eta 15s, 16 in flight, 1 error, 30 not run, 1 retry, 41.2k tokens")
+
+
+class Hanging(MockClient):
+    """Every call waits until the row is cancelled."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        await asyncio.sleep(60)
+        return await super().complete(request)
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_cancelled_rows_count_as_not_run_whether_they_had_started_or_not() -> None:
+    settings = Settings(prompts_dir=PROMPTS, concurrency=1)
+    geo = GeoSession(settings, build_stack(settings, Hanging()))
+    rows = [r for r in iter_dataset(SMOKE, 7) if isinstance(r, GeoRow)][:4]
+    try:
+        geo.schedule_many(rows)
+        wait_until(lambda: geo.progress(4).in_flight == 1)
+        geo.cancel(rows[3])  # not needed any more (a decided --geo-sequential comparison)
+        assert geo.cancel_pending() == 3  # -x: the row in flight and the two queued behind it
+        wait_until(lambda: geo.progress(4).in_flight == 0)
+        snapshot = geo.progress(4)
+        assert (snapshot.done, snapshot.errors, snapshot.not_run) == (0, 0, 4)
+    finally:
+        geo.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from fake_openai import FakeOpenAI
 
 from conftest import PROMPTS, GeoProject, copy_prompts, egeo_workdir
 from pytest_geo.cli import main
+from pytest_geo.report import progress
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence
 from pytest_geo.report.stopping import run_order, simulate, simulated_differences
 
@@ -275,3 +277,22 @@ def test_the_ini_twins(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_alpha = 2\n")
     served_project.run("rows.jsonl").stderr.fnmatch_lines(
         ["ERROR: ini option geo_alpha: '2' must be between 0 and 1, both excluded"])
+
+
+def test_egeo_sequential_status_line_counts_every_round_against_the_runs_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
+    monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
+    fake_openai.latency = 0.05  # every row holds the output back a little: a status line per wait
+    egeo_workdir(tmp_path, monkeypatch, rows=100)
+    (tmp_path / "signal.txt").write_text(SIGNAL, encoding="utf-8")
+    (tmp_path / "keep.txt").write_text(KEEP, encoding="utf-8")
+    assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--no-cache", "--base-url",
+                 fake_openai.url, "--variant", "signal=signal.txt", "--variant", "keep=keep.txt",
+                 "--concurrency", "4", "--sequential"]) == 0
+    status = [line for line in capsys.readouterr().err.splitlines() if line.startswith("geo: ")]
+    done = [int(m.group(1)) for line in status if (m := re.match(r"geo: (\d+)/200 rows done, ", line))]
+    # 100 rows of two variants, whichever round is running (not the round's 20: rounds add up)
+    assert len(done) == len(status) > 1
+    assert max(done) <= 20  # decided after the first round of 10 rows: the rest never ran

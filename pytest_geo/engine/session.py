@@ -47,7 +47,7 @@ class GeoSession:
         self.usage = self.stack.usage
         self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
-        self.rows = RowTracker()  # rows started, finished and errored, for the progress line
+        self.rows = RowTracker()  # rows started, finished, errored and not run, for the progress line
         self._futures: dict[RowKey, concurrent.futures.Future[Outcome]] = {}
         self.shared_ranks = SharedRanks()  # rank_before per row, shared by its variants
 
@@ -107,8 +107,13 @@ class GeoSession:
         try:
             outcome = await self._experiment(row)
             return outcome
-        finally:  # a cancelled row (-x, Ctrl-C) finishes without counting as an error
-            self.rows.finished(errored=outcome is not None and outcome.error is not None)
+        finally:
+            if outcome is None:  # cancelled (-x, Ctrl-C, not needed): counted where it was cancelled
+                self.rows.left()
+            elif outcome.not_run:  # never sent (the server stopped, the budget): not an error
+                self.rows.stopped()
+            else:
+                self.rows.finished(errored=outcome.error is not None)
 
     def _experiment(self, row: GeoRow) -> Awaitable[Outcome]:
         if row.variant is not None:
@@ -170,11 +175,14 @@ class GeoSession:
         running finishes, and its outcome is never read."""
         future = self._futures.pop(row.key, None)
         if future is not None:
-            future.cancel()
+            if future.cancel():
+                self.rows.cancelled(1)
             self.runner.consumed(future)  # finished already (cancel refused): its place is free too
 
     def cancel_pending(self) -> int:
-        return self.runner.cancel_pending()
+        cancelled = self.runner.cancel_pending()
+        self.rows.cancelled(cancelled)
+        return cancelled
 
     def close(self) -> None:
         self.runner.close(self.client)

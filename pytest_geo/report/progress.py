@@ -3,6 +3,8 @@ stderr):
 
     geo: 31/80 rows done, eta 42s, 16 in flight, 1 error, 2 retries, 41.2k tokens, $0.01230
 
+(`N not run` after the errors once rows were skipped without running: engine/progress.py.)
+
 It shows while the main thread waits for a row (a row holding back pytest's output) once
 the run has lasted `SHOW_AFTER` seconds, or sooner when one row holds the output back
 for `TICK`; so a long run of short calls shows it too. On a terminal it is one line,
@@ -71,6 +73,7 @@ def status_text(s: Snapshot) -> str:
     eta = s.eta
     parts = [f"geo: {s.done}/{s.selected} rows done", f"eta {_duration(eta)}" if eta is not None else "eta ?",
              f"{s.in_flight} in flight", _plural(s.errors, "error"),
+             *([f"{s.not_run} not run"] if s.not_run else []),
              f"{s.retries} {'retry' if s.retries == 1 else 'retries'}", f"{_count(s.tokens)} tokens"]
     if s.cost_nanousd is not None:
         parts.append(format_dollars(s.cost_nanousd))
