@@ -385,7 +385,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
                     print(json.dumps(verbose_line(outcome)))
     finally:
         geo.close()
-    if not settings.mock:  # the mock has no rate limits to adapt to
+    if not settings.mock and geo.usage_table():  # the mock has no rate limits; no call, no concurrency to tell
         print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
     usage = results.usage = geo.usage_table()
     results.request_changes = geo.request_changes()

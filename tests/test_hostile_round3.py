@@ -292,3 +292,26 @@ def test_egeo_report_on_a_full_disk_exits_1_and_leaves_the_device(
                      "--report", "full"]) == 1
     assert "egeo: --report: cannot write full: No space left on device\n" in capsys.readouterr().err
     assert stat.S_ISCHR(full.stat().st_mode)
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_run_whose_collection_failed_prints_no_concurrency_line(served_project: GeoProject, workers: str) -> None:
+    pytest.importorskip("xdist")
+    dataset = str(served_project.dataset(3))
+    served_project.pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
+    result = served_project.pytester.runpytest(dataset, "test_broken.py", "--geo-base-url", served_project.server.url,
+                                               "-n", workers, "--geo-report", "r.json")
+    assert served_project.server.requests == []
+    result.stdout.no_fnmatch_line("concurrency: *")
+    assert "concurrency" not in json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
+
+
+def test_egeo_without_a_row_to_run_prints_no_concurrency_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-dummy-0000")
+    (tmp_path / "rows.jsonl").write_text('{"query": "red kettle"\n', encoding="utf-8")  # cut short
+    code = cli.main(["evaluate", "--dataset", "rows.jsonl", "--base-url", "http://127.0.0.1:9/v1", "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 1 and "rows.jsonl:1: " in err
+    assert "concurrency:" not in err
