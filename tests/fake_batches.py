@@ -5,7 +5,9 @@
 
 A batch is `validating` then `in_progress` until `delay` seconds after it was created,
 then `completed` (or `expired`, or `failed`, when `end_as` says so). Each line is
-answered like a chat-completions call (`answer_for`), unless `line_faults` maps its
+answered like a chat-completions call (the server's `batch_answer`: refused with the
+same 400 body a direct call gets, as a line of the error file, as OpenAI's Batch API
+reports a refused line), unless `line_faults` maps its
 line number (0-based, in upload order) in the first batch created to "error" (a line in the error
 file), "500" (an output line whose response failed) or "missing" (no line at all)."""
 
@@ -71,7 +73,8 @@ class BatchStore:
             self.created.append(batch.id)
             return 200, self._view(batch)
 
-    def retrieve(self, batch_id: str, answer: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+    def retrieve(self, batch_id: str,
+                 answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> dict[str, Any] | None:
         with self.lock:
             self.retrieved += 1
             batch = self.batches.get(batch_id)
@@ -93,7 +96,7 @@ class BatchStore:
         with self.lock:
             return self.files.get(file_id)
 
-    def _advance(self, batch: FakeBatch, answer: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def _advance(self, batch: FakeBatch, answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> None:
         if batch.status in ENDED:
             return
         if time.monotonic() - batch.created < self.delay:
@@ -119,8 +122,10 @@ class BatchStore:
                     "status_code": 500, "request_id": f"r{index}",
                     "body": {"error": {"message": "upstream exploded", "type": "server_error"}}}})
             else:
-                output.append({"id": f"req-{index}", "custom_id": custom_id, "error": None, "response": {
-                    "status_code": 200, "request_id": f"r{index}", "body": answer(line["body"])}})
+                status, body = answer(line["body"])
+                (output if status == 200 else errors).append({
+                    "id": f"req-{index}", "custom_id": custom_id, "error": None,
+                    "response": {"status_code": status, "request_id": f"r{index}", "body": body}})
         batch.output_file_id = self._store(output)
         batch.error_file_id = self._store(errors) if errors else None
 

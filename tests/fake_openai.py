@@ -20,7 +20,8 @@ limit); beyond either, an immediate 429 with `Retry-After`. With headers
 OpenAI's contract for reasoning models (`reasoning_refusal`): for the model names OpenAI
 serves as reasoning models, and for those in `refuses_temperature` (an unknown new model),
 a `temperature` other than 1 and any `max_tokens` get HTTP 400 with OpenAI's exact error
-bodies; `refused` records each refusal as (model, param).
+bodies; `refused` records each refusal as (model, param). Batch API lines are refused the
+same way (`batch_answer`).
 
 Usage: each answer reports the tokens of what the server received and sent, counted as
 words and punctuation marks (near a BPE tokenizer's count for English) plus OpenAI's chat
@@ -200,6 +201,19 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.billed = dict.fromkeys(self.billed, 0)
             self.serial = False
             self.refuse_response_format = False
+
+    def batch_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A Batch API line's status and body: refused as a direct call would be (the
+        reasoning-model contract, a response format), else answered."""
+        refusal = reasoning_refusal(body, self.refuses_temperature)
+        if refusal is not None:
+            with self.lock:
+                self.refused.append((str(body.get("model")), refusal["error"]["param"]))
+            return 400, refusal
+        refusal = schema_refusal(self, body)
+        if refusal is not None:
+            return 400, refusal
+        return 200, completion(body)
 
     def fail_next(self, *faults: str) -> None:
         assert all(f in FAULTS for f in faults), faults
@@ -477,7 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
         the Batch API's reads."""
         parts = self.path.split("?")[0].rstrip("/").split("/")
         if parts[-2:-1] == ["batches"]:
-            found = self.server.batches.retrieve(parts[-1], completion)
+            found = self.server.batches.retrieve(parts[-1], self.server.batch_answer)
             self._send(200, found) if found else self._not_found()
         elif parts[-3:-2] == ["files"] and parts[-1] == "content":
             data = self.server.batches.content(parts[-2])

@@ -197,3 +197,35 @@ def test_batched_answers_cost_half_the_list_price(served_project: GeoProject) ->
                   + usage["completion_tokens"] * price.output_per_million) / 1e6
         assert usage["batch_calls"] == usage["calls"] > 0
         assert report["cost"]["roles"][role]["cost"] == pytest.approx(listed / 2, rel=1e-6)
+
+
+def test_lines_refusing_a_parameter_are_healed_sent_again_and_the_lesson_kept(served_project: GeoProject) -> None:
+    """A model the table does not know refuses `temperature` in every line of the first
+    batch: the change is learned from the lines' 400s, only the refused lines go again,
+    healed, in the next batch, and a later run sends its lines healed from the start."""
+    server = served_project.server
+    server.refuses_temperature = {"acme-thinker-2"}
+    flags = ("--geo-batch", "--geo-cache-dir", "cache", "--geo-ranker-model", "acme-thinker-2",
+             "--geo-rewriter-model", "acme-thinker-2")
+    result = served_project.run(str(served_project.dataset(4)), *flags, "--geo-report", "r.json")
+    result.assert_outcomes(passed=4)
+    assert server.requests == []  # no ordinary call: the healed lines went as a batch too
+    refused, healed, second = (uploaded_lines(server, b) for b in server.batches.created)
+    assert len(refused) == 8 and all(line["body"]["temperature"] == 0 for line in refused)  # type: ignore[index]
+    assert len(healed) == 8 and not any("temperature" in line["body"] for line in healed)  # type: ignore[operator]
+    assert sorted(str(line["body"]["messages"]) for line in healed) == sorted(  # type: ignore[index]
+        str(line["body"]["messages"]) for line in refused)  # type: ignore[index]
+    assert len(second) == 4 and not any("temperature" in line["body"] for line in second)  # type: ignore[operator]
+    assert server.refused == [("acme-thinker-2", "temperature")] * 8
+    change = "acme-thinker-2: sent without temperature (the server refused 0)"
+    result.stdout.fnmatch_lines(["requests changed to what the server accepts:", f"  {change}"])
+    report = json.loads((served_project.pytester.path / "r.json").read_text())
+    assert [c["text"] for c in report["request_changes"]] == [change]
+    assert report["usage"]["ranker"]["errors"] == 0 and report["usage"]["ranker"]["batch_calls"] == 8
+
+    server.reset()
+    again = served_project.run(str(served_project.dataset(6)), *flags)  # 2 rows not in the cache
+    again.assert_outcomes(passed=6)
+    assert server.refused == []
+    first = uploaded_lines(server, server.batches.created[3])
+    assert len(first) == 4 and not any("temperature" in line["body"] for line in first)  # type: ignore[operator]

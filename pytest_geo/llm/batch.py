@@ -16,8 +16,13 @@ is written to `<cache dir>/batches/<batch id>.json` before polling starts and re
 once the batch's answers are handed out: a run interrupted while a batch is pending
 finds it there and waits for that batch instead of paying for the same requests twice.
 
-A line that failed (an error line, a non-200 response, no line at all, a batch that
-failed, expired or was cancelled before answering it) fails that call with a
+A line the server refused as sent (a 400 naming a parameter: temperature on a reasoning
+model, max_tokens for max_completion_tokens) fails its call with RequestRefused, as a
+direct call's 400 does, so the healing layer above (llm/healing.py) learns the change,
+remembers it (llm/lessons.py) and sends that call again, healed: only the refused lines
+go again, in the next round's batch. Lessons already known shape every line before it is
+submitted. Any other failed line (an error line, a non-200 response, no line at all, a
+batch that failed, expired or was cancelled before answering it) fails that call with a
 ModelError, which becomes its row's `error: ...`; the other rows still score."""
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_geo.data.files import write_text_atomic
-from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
-from pytest_geo.llm.profiles import sent_body
+from pytest_geo.llm.openai_client import MAX_REFUSAL
+from pytest_geo.llm.profiles import Refusal, sent_body
 
 # Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
 # procedures ("procedure") are called one item at a time, so a round would hold one
@@ -67,7 +73,15 @@ class _Call:
     futures: list[asyncio.Future[ChatResponse]] = field(default_factory=list)
 
 
-Outcome = ChatResponse | str  # an answer, or why there is none
+@dataclass(frozen=True)
+class Refused:
+    """A line the server refused as sent (HTTP 400): why, and the error to learn from."""
+
+    why: str
+    refusal: Refusal
+
+
+Outcome = ChatResponse | Refused | str  # an answer, a refusal, or why there is none
 
 
 class BatchClient:
@@ -133,6 +147,9 @@ class BatchClient:
                     continue
                 if isinstance(outcome, ChatResponse):
                     future.set_result(outcome)
+                elif isinstance(outcome, Refused):  # healing.py may send it again, changed
+                    future.set_exception(RequestRefused(f"{call.request.role} model call failed: {outcome.why}",
+                                                        outcome.refusal))
                 else:
                     future.set_exception(ModelError(f"{call.request.role} model call failed: {outcome}"))
 
@@ -182,7 +199,7 @@ class BatchClient:
         return text
 
     def _parse(self, text: str, batch_id: str) -> dict[str, Outcome]:
-        scrub: Callable[[str], str] = self.backend.scrub
+        scrub: Callable[..., str] = self.backend.scrub  # (text, limit=its default)
         redact: Callable[[str], str] = self.backend.redact
         found: dict[str, Outcome] = {}
         for raw in text.splitlines():
@@ -234,9 +251,10 @@ class BatchClient:
         await self.backend.aclose()
 
 
-def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
+def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[..., str],
              redact: Callable[[str], str]) -> Outcome:
-    """One output or error line: the answer (redacted as a live one is), or why there is none."""
+    """One output or error line: the answer (redacted as a live one is), a refusal, or
+    why there is none."""
     error = line.get("error")
     response = line.get("response") or {}
     if error:
@@ -246,7 +264,11 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
     body = response.get("body") or {}
     if status != 200:
         detail = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else None
-        return f"batch {batch_id}: HTTP {status}" + (f" ({scrub(str(detail))})" if detail else "")
+        why = f"batch {batch_id}: HTTP {status}" + (f" ({scrub(str(detail))})" if detail else "")
+        if status == 400:
+            refusal = Refusal.from_body(body)
+            return Refused(why, Refusal(scrub(refusal.message, MAX_REFUSAL), refusal.param, refusal.code))
+        return why
     try:
         choice = body["choices"][0]
         text = choice["message"]["content"] or ""

@@ -41,8 +41,8 @@ class HealingClient:
     `reasoning_effort`: the run's --geo-reasoning-effort, for requests that set none.
     `lessons`: changes already known (remembered from earlier runs, llm/lessons.py);
     `on_learn` hears each new one.
-    `probe`: send a model's first call alone (not under the Batch API, whose
-    refusals come back as lines of a batch, not as calls that can be sent again)."""
+    `probe`: send a model's first call alone (not under the Batch API, where a call
+    alone is a whole batch: there each refused line of a batch is sent again, healed)."""
 
     def __init__(self, inner: ChatClient, structured: str = "auto", reasoning_effort: str | None = None,
                  lessons: Iterable[Lesson] = (), on_unfixable: OnUnfixable | None = None,
