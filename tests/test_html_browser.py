@@ -203,13 +203,19 @@ def test_repeats_show_each_order_and_ranks(page: Any, reports: Path) -> None:
     toggle = page.locator("#rows-table tbody tr.row").first.locator("button.toggle")
     assert toggle.inner_text() == "2 repeats, 6 calls"
     toggle.click()
+    assert_repeats_table(page, row)
+    assert page.locator(".transcript details.call").count() == 6
+
+
+def assert_repeats_table(page: Any, row: dict[str, Any]) -> None:
+    """The expanded row's repeats table: each repeat's candidate order and ranks, as the JSON report has them."""
     table = page.locator(".transcript table.repeats tbody tr")
-    assert table.count() == 2
+    table.first.wait_for()
+    assert table.count() == len(row["repeats"]) == 2
     for i, repeat in enumerate(row["repeats"]):
         cells = table.nth(i).locator("td").all_inner_texts()
         assert cells[:5] == [str(i), ", ".join(repeat["order"]), str(repeat["rank_before"]),
                              str(repeat["rank_after"]), str(repeat["rank_improvement"])]
-    assert page.locator(".transcript details.call").count() == 6
 
 
 def test_a_long_report_shows_a_page_of_rows_at_a_time(page: Any, tmp_path: Path, reports: Path) -> None:
@@ -228,7 +234,8 @@ def test_a_long_report_shows_a_page_of_rows_at_a_time(page: Any, tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def many_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """many.html/.json: 205 rows, more than the page embeds transcripts of (the first 200)."""
+    """many.html/.json: 205 rows, more than the page embeds transcripts of (the first 200);
+    many-repeats.html/.json: the same with --geo-repeats 2."""
     directory = tmp_path_factory.mktemp("browser-many")
     copy_prompts(directory / "prompts")
     row = json.loads(SMOKE.read_text(encoding="utf-8").splitlines()[0])
@@ -236,6 +243,7 @@ def many_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (directory / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     run_plugin(directory, "many", "--geo-mock")
+    run_plugin(directory, "many-repeats", "--geo-mock", "--geo-repeats", "2")
     return directory
 
 
@@ -367,3 +375,21 @@ def test_a_report_without_problems_or_gates_has_neither_section(page: Any, repor
     open_report(page, reports / "report.html")
     assert page.locator("h2", has_text="Problems").count() == 0
     assert page.locator("h2", has_text="Failed gates").count() == 0
+
+
+def test_a_row_read_from_the_transcripts_file_shows_its_repeats_table(page: Any, many_rows: Path) -> None:
+    """As an embedded row does: each repeat's candidate order and ranks, then its calls."""
+    open_report(page, many_rows / "many-repeats.html")
+    rows = report_rows(many_rows, "many-repeats.json")
+    page.locator("#rows-table tbody tr.row").first.locator("button.toggle").click()  # embedded
+    assert_repeats_table(page, rows[0])
+    page.locator("#rows-table tbody tr.row").first.locator("button.toggle").click()  # folded again
+    page.locator("#show-more").click()
+    last = page.locator("#rows-table tbody tr.row").nth(204)
+    assert last.locator("td").nth(2).inner_text() == "rows.jsonl::m204"
+    last.locator("button.toggle").click()
+    page.locator(".transcript.missing input[type=file]").set_input_files(
+        str(many_rows / "many-repeats.transcripts.jsonl.gz"))
+    assert_repeats_table(page, next(r for r in rows if r["nodeid"] == "rows.jsonl::m204"))
+    assert page.locator(".transcript h4").all_inner_texts() == ["repeat 0", "repeat 1"]
+    assert page.locator(".transcript details.call").count() == 6

@@ -8,8 +8,12 @@ HTML report reads the few rows it embeds back from it. The text is what the engi
 (answers redacted by the client, llm/redaction.py): nothing is added here.
 
 A line is `{"nodeid": ..., "calls": [...]}`, or with --geo-repeats
-`{"nodeid": ..., "repeats": [{"repeat": 0, "calls": [...]}, ...]}`; lines come in the
-order rows finished, which is not the report's order: a reader matches them by node id."""
+`{"nodeid": ..., "repeats": [{"repeat": 0, "order": [...], "rank_before": ..., "rank_after": ...,
+"rank_improvement": ..., "error": ..., "calls": [...]}, ...]}`: each repeat's calls with the
+candidate order they were given and the ranks they produced (copied from the report's
+record), so a line read alone (the HTML page opening the file) shows what an embedded
+row shows. Lines come in the order rows finished, which is not the report's order: a
+reader matches them by node id."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ SUFFIX = ".transcripts.jsonl.gz"
 # Transcripts repeat the same prompts row after row: the fastest level already shrinks
 # them about 20x, and costs a fraction of the default level's CPU per row.
 COMPRESSION = 1
+# A repeat's results kept beside its calls in the file (the rest stays in the report).
+RUN_FIELDS = ("order", "rank_before", "rank_after", "rank_improvement", "error")
 
 
 def transcripts_path(report: str | Path) -> Path:
@@ -41,7 +47,8 @@ def take_transcript(record: RowRecord) -> dict[str, Any] | None:
     row's transcript line, or None when the row made no call."""
     repeats = record.get("repeats")
     if repeats:
-        runs = [{"repeat": r.get("repeat", i), "calls": r.pop("calls", [])} for i, r in enumerate(repeats)]
+        runs = [{"repeat": r.get("repeat", i), **{name: r[name] for name in RUN_FIELDS if name in r},
+                 "calls": r.pop("calls", [])} for i, r in enumerate(repeats)]
         record.pop("calls", None)
         record["n_calls"] = sum(len(r["calls"]) for r in runs)
         return {"nodeid": record["nodeid"], "repeats": runs}

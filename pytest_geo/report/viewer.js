@@ -137,8 +137,11 @@
         answer: c.answer === null || c.answer === undefined ? null : ref(c.answer) };
     }
     var parsed = JSON.parse(line), entry;
-    if (parsed.repeats) {
-      entry = { repeats: parsed.repeats.map(function (r) { return { repeat: r.repeat, calls: r.calls.map(call) }; }) };
+    if (parsed.repeats) { // each repeat's order and ranks too (a file from before them shows the calls alone)
+      entry = { repeats: parsed.repeats.map(function (r) {
+        return { repeat: r.repeat, order: r.order, before: r.rank_before, after: r.rank_after,
+          delta: r.rank_improvement, error: r.error, calls: (r.calls || []).map(call) };
+      }) };
     } else {
       entry = { calls: (parsed.calls || []).map(call) };
     }
