@@ -337,7 +337,9 @@ class GeoCollector:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """Innermost, so the gates report right after the last row, before the terminal
         writes its final progress; only after a loop that ran to its end (an interrupted
-        run is partial: its scores prove nothing), on the process that saw every row."""
+        run is partial: its scores prove nothing), on the process that saw every row.
+        The reports are written here too, so one that cannot be written is a failed test
+        wherever the gates are one (the final line, `-rf`, the JUnit XML)."""
         result = yield
         if not is_xdist_worker(self.config) and not self.config.option.collectonly:
             report_gates(session)

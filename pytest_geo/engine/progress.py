@@ -79,7 +79,8 @@ class RowTracker:
         self.counts.errors += errored
 
     def stopped(self) -> None:
-        """A started row ended without a result: its calls were not sent."""
+        """A started row ended without a result: the server stopped or the budget was
+        reached before its calls were all sent."""
         self.counts.ended += 1
         self.counts.not_run += 1
 
