@@ -21,7 +21,12 @@ from pytest_geo.pytest_layer.collect import (
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
-from pytest_geo.pytest_layer.lookahead import LookaheadControllerHooks, WorkerLookahead, collection_failed
+from pytest_geo.pytest_layer.lookahead import (
+    LookaheadControllerHooks,
+    RunLookahead,
+    WorkerLookahead,
+    collection_failed,
+)
 from pytest_geo.pytest_layer.markers import register_suite_markers
 from pytest_geo.pytest_layer.min_scores import resolve_min_scores, suite_of_nodeid
 from pytest_geo.pytest_layer.options import (
@@ -247,19 +252,20 @@ def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, object]:
-    """Schedule every selected row up front: the model work overlaps while items report
-    in pytest's order. An xdist worker gets items a few at a time, so it schedules rows
-    as it goes instead (lookahead.py). Nothing is scheduled once collection has failed."""
+    """Schedule the selected rows ahead of the items: the model work overlaps while items
+    report in pytest's order (lookahead.py: a window ahead, topped up as items run; an
+    xdist worker, which gets items a few at a time, from its queue). Nothing is
+    scheduled once collection has failed."""
     geo = running_session(session.config)
     failed = collection_failed(session)
     if failed is not None:
         session.config.stash[COLLECTION_FAILED] = failed  # pytest_runtest_setup skips the rows
     elif geo is not None and not is_xdist_worker(session.config):
-        rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
+        rows = [item for item in session.items if isinstance(item, GeoRowItem)]
         run = sequential_run(session.config)
         # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
-        geo.schedule_many([item.row for item in session.items if isinstance(item, GeoRowItem)
-                           and (run is None or not run.in_comparison(item))])
+        session.config.stash[LOOKAHEAD] = RunLookahead(
+            geo, [item for item in rows if run is None or not run.in_comparison(item)])
         session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
     elif geo is not None:
         lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
@@ -292,6 +298,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     geo = running_session(item.config)
     if geo is not None and isinstance(item, GeoRowItem) and (row := item.row_not_run) is not None:
         geo.cancel(row)  # scheduled, never taken: not needed, and its place in the runner's window is freed
+        item.forget_row()
     if geo is not None and (item.session.shouldfail or item.session.shouldstop):
         geo.cancel_pending()
     return result

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from pytest_geo.data.dataset import (
+    CollectedLine,
     DatasetError,
-    DatasetLine,
+    PackedRow,
     RowProblem,
     iter_dataset,
+    packed_line,
     row_names,
 )
 from pytest_geo.data.record import GEO_METRIC
@@ -32,7 +34,7 @@ from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 _GEO_METRIC_ENTRY = Metric(GEO_METRIC, "", None)
 
 
-def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: str, split: str,
+def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: str, split: str,
                threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
     variants = list(settings_of(parent.config).variants)
     for name, line in zip(row_names(lines), lines, strict=True):
@@ -43,10 +45,11 @@ def _geo_items(parent: pytest.Collector, lines: Sequence[DatasetLine], suite: st
         elif variants:
             # One item per variant, adjacent, so a row's variants run (and share rank_before)
             # together; each variant is its own suite `<suite>[<variant>]` for thresholds.
+            row = line.row()
             for variant in variants:
                 yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]",
-                                             row=replace(line, variant=variant), suite=f"{suite}[{variant}]",
-                                             split=split, threshold=threshold)
+                                             row=PackedRow.of(replace(row, variant=variant)),
+                                             suite=f"{suite}[{variant}]", split=split, threshold=threshold)
         else:
             yield GeoRowItem.from_parent(parent, name=node_name, row=line, suite=suite, split=split,
                                          threshold=threshold)
@@ -72,7 +75,9 @@ class GeoDatasetFile(pytest.File):
 
     def collect(self) -> Iterator[pytest.Item]:
         try:
-            lines = list(iter_dataset(self.path, settings_of(self.config).seed, display=self.nodeid))
+            # packed as read: the file's parsed rows are never all in memory at once
+            lines = [packed_line(line) for line in iter_dataset(self.path, settings_of(self.config).seed,
+                                                                display=self.nodeid)]
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
         self.add_marker("geo")  # on the file, not per item: its rows inherit it
@@ -122,7 +127,8 @@ class SuiteCollector(pytest.Collector):
                 yield EmptySplitItem.from_parent(self, name=f"{split}[no examples]", metric=metric, split=split,
                                                  **common)
             elif metric.is_geo:
-                yield from _geo_items(self, rows, split=split, name_format=split + "[{}]", **common)
+                yield from _geo_items(self, [packed_line(row) for row in rows], split=split,
+                                      name_format=split + "[{}]", **common)
             else:
                 for index, (value, expected) in enumerate(rows):
                     yield SuiteItem.from_parent(self, name=f"{split}[{index}]", metric=metric, split=split,

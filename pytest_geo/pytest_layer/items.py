@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_geo.data.dataset import GeoRow, RowProblem
+from pytest_geo.data.dataset import GeoRow, PackedRow, RowProblem
 from pytest_geo.data.record import (
     RowRecord,
     geo_record,
@@ -68,33 +68,41 @@ class GeoItem(pytest.Item):
 
 
 class GeoRowItem(GeoItem):
+    """A GEO row. It keeps the row packed (`PackedRow`) and holds it parsed only from
+    when it is scheduled (lookahead.py) until it has run."""
+
     __slots__ = ("_row", "_packed")
 
-    def __init__(self, *, row: GeoRow, **kwargs: Any) -> None:
-        self._row: GeoRow | None = row
-        self._packed = b""
+    def __init__(self, *, row: PackedRow, **kwargs: Any) -> None:
+        self._row: GeoRow | None = None
+        self._packed = row.data
         super().__init__(line=row.line, **kwargs)
 
     @property
     def row(self) -> GeoRow:
-        """Once the item has run it keeps its row packed (`GeoRow.packed`): an item run
-        again (a rerun plugin) reads it back."""
+        """The row, parsed back on first use and kept until the item has run (an item
+        run again, by a rerun plugin, reads it back again)."""
         if self._row is None:
             self._row = GeoRow.unpacked(self._packed)
         return self._row
 
     @property
     def row_not_run(self) -> GeoRow | None:
-        """The row if the item ended without running it (skipped, setup failed): the
-        session still holds it scheduled. None once run (it is packed then)."""
+        """The row if it was read (scheduled, waited for) and the item ended without
+        running it (skipped, setup failed): the session may still hold it scheduled.
+        None once run."""
         return self._row
+
+    def forget_row(self) -> None:
+        """Back to the packed row only (after it ran, or was cancelled unrun)."""
+        self._row = None
 
     def runtest(self) -> None:
         row = self.row
         try:
             self._run(row)
         finally:
-            self._packed, self._row = row.packed(), None
+            self._row = None
 
     def _run(self, row: GeoRow) -> None:
         geo = geo_session_of(self.config)

@@ -14,7 +14,7 @@ from pytest_geo.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
-    from pytest_geo.pytest_layer.lookahead import WorkerLookahead
+    from pytest_geo.pytest_layer.lookahead import RunLookahead, WorkerLookahead
     from pytest_geo.pytest_layer.progress import PluginProgress
     from pytest_geo.suites.suite import Suite
 
@@ -23,7 +23,7 @@ SESSION: pytest.StashKey[GeoSession | None] = pytest.StashKey()
 RESULTS = pytest.StashKey[Results]()
 DATASETS = pytest.StashKey[set[Path]]()
 HEADER_SHOWN = pytest.StashKey[bool]()  # the geo: header was printed (pytest_report_header)
-LOOKAHEAD: pytest.StashKey[WorkerLookahead | None] = pytest.StashKey()
+LOOKAHEAD: pytest.StashKey[RunLookahead | WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
 PROGRESS: pytest.StashKey[PluginProgress | None] = pytest.StashKey()
 # suite name -> (the suite, the file declaring it): a second suite under one name is an error
