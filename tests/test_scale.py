@@ -10,12 +10,19 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from conftest import PROMPTS, geo_rows
 from pytest_geo.data.dataset import Candidate, GeoRow, _plainly_valid, _validator, iter_dataset
 from pytest_geo.engine.experiment import candidate_values, candidates_json
 from pytest_geo.engine.runner import Runner
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.stack import build_stack
+from pytest_geo.pytest_layer.lookahead import RunLookahead
+from pytest_geo.settings import Settings
 
 GOOD = {
     "query": "q", "query_id": "r1", "target_id": "a",
@@ -150,3 +157,64 @@ def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> N
     again = json.loads((geo_project.path / "again.json").read_text())
     assert len(again) == 8
     assert again[0] == ["best lightweight laptop for travel under 1kg"] * 2 + ["p1", 3, 1]
+
+
+def test_rows_are_scheduled_a_window_ahead_of_the_running_item(tmp_path: Path) -> None:
+    settings = Settings(prompts_dir=PROMPTS, concurrency=1)
+    geo = GeoSession(settings, build_stack(settings, MockClient()))
+    geo.runner.window_floor = 2  # a window of 4 rows (4 per slot): 8 scheduled ahead
+    items = [SimpleNamespace(row=row, session=SimpleNamespace(shouldfail=False, shouldstop=False))
+             for row in _rows(tmp_path, 20)]
+
+    def scheduled() -> list[int]:
+        return [n for n, item in enumerate(items) if geo.scheduled(item.row) is not None]
+
+    try:
+        lookahead = RunLookahead(geo, items)  # type: ignore[arg-type]
+        assert scheduled() == list(range(8))
+        for item in items[:4]:
+            lookahead.before(item)  # type: ignore[arg-type]
+        assert scheduled() == list(range(8))  # 4 still ahead of the cursor: no top-up yet
+        lookahead.before(items[12])  # type: ignore[arg-type]  # out of order: moves nothing
+        lookahead.before(items[4])  # type: ignore[arg-type]
+        assert scheduled() == list(range(13))  # 3 ahead (< 4): topped up to 8 ahead of the cursor
+        for item in items[5:]:
+            lookahead.before(item)  # type: ignore[arg-type]
+        assert scheduled() == list(range(20))
+    finally:
+        geo.close()
+
+
+def _rows(directory: Path, n: int) -> list[GeoRow]:
+    path = directory / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(n)), encoding="utf-8")
+    return [row for row in iter_dataset(path, 0) if isinstance(row, GeoRow)]
+
+
+WINDOW_CONFTEST = '''
+import json
+import pytest
+import pytest_geo.engine.runner as runner
+from pytest_geo.pytest_layer.state import running_session
+
+runner.WINDOW_FLOOR = 2  # with --geo-concurrency 1: a window of 4 rows, 8 scheduled ahead
+MOST = [0]
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_call(item):
+    geo = running_session(item.config)
+    MOST[0] = max(MOST[0], sum(1 for i in item.session.items if geo.scheduled(i.row) is not None))
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "most.json").write_text(json.dumps(MOST[0]))
+'''
+
+
+def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pytester) -> None:
+    geo_project.makeconftest(WINDOW_CONFTEST)
+    (geo_project.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(30)))
+    result = geo_project.runpytest("rows.jsonl", "--geo-mock", "--geo-concurrency", "1", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=30)
+    result.stdout.fnmatch_lines(["rows.jsonl: n=30 avg_rank_improvement=*"])
+    # the running row and up to 8 ahead of it, never the 30 at once
+    assert 2 <= json.loads((geo_project.path / "most.json").read_text()) <= 9
