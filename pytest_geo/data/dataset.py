@@ -75,7 +75,8 @@ class GeoRow:
     @classmethod
     def unpacked(cls, data: bytes) -> GeoRow:
         path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
-        candidates = tuple([Candidate(*flat[i:i + 3]) for i in range(0, len(flat), 3)])
+        texts = iter(flat)  # read three at a time: id, title, description
+        candidates = tuple(map(Candidate._make, zip(texts, texts, texts)))
         return cls(path, line, query, candidates, target_id, query_id, chosen, variant)
 
 
