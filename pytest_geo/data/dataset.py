@@ -76,7 +76,7 @@ class GeoRow:
     def unpacked(cls, data: bytes) -> GeoRow:
         path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
         texts = iter(flat)  # read three at a time: id, title, description
-        candidates = tuple(map(Candidate._make, zip(texts, texts, texts)))
+        candidates = tuple(map(Candidate._make, zip(texts, texts, texts, strict=True)))
         return cls(path, line, query, candidates, target_id, query_id, chosen, variant)
 
 

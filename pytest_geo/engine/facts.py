@@ -323,12 +323,13 @@ def _handover(matches: list[re.Match[str]], zone_start: int, zone_end: int) -> i
 
 # Number words and certification marks as whole words outside the windows: `\w` is
 # `str.isalnum()` or `_`, as `\b` reads it; the words in any ASCII case (never `ſix`),
-# the marks as listed or in capitals (`CE`, not `ce`).
-_WORD_SCAN = re.compile("(?=[" + "".join(sorted({c for w in NUMBER_WORDS for c in (w[0], w[0].upper())}))
-                        + r"])(?<!\w)(?ai:" + _trie(sorted(NUMBER_WORDS)) + r")(?!\w)")
+# the marks as listed or in capitals (`CE`, not `ce`). One scan finds both: each match is
+# a whole run of word characters, so a word and a mark never overlap.
+_WORD_STARTS = {c for w in NUMBER_WORDS for c in (w[0], w[0].upper())}
 _MARK_FORMS = sorted({form for mark in CLAIM_MARKS for form in (mark, mark.upper())})
-_MARK_SCAN = re.compile("(?=[" + "".join(sorted({f[0] for f in _MARK_FORMS})) + r"])(?<!\w)(?:" + _trie(_MARK_FORMS)
-                        + r")(?!\w)")
+_WORD_OR_MARK = re.compile("(?=[" + "".join(sorted(_WORD_STARTS | {f[0] for f in _MARK_FORMS})) + r"])(?<!\w)"
+                           + r"(?:(?P<word>(?ai:" + _trie(sorted(NUMBER_WORDS)) + r"))|(?P<mark>"
+                           + _trie(_MARK_FORMS) + r"))(?!\w)")
 
 
 def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, str]]:
@@ -336,12 +337,11 @@ def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, st
     them): the only matches PATTERN can make without a digit."""
     found: list[tuple[int, str, str]] = []
     window_starts = [start for start, _ in windows]
-    for kind, scan in (("word", _WORD_SCAN), ("mark", _MARK_SCAN)):
-        for match in scan.finditer(text):
-            at = match.start()
-            inside = bisect_left(window_starts, at + 1) - 1
-            if not (inside >= 0 and at < windows[inside][1]):
-                found.append((at, kind, match[0]))
+    for match in _WORD_OR_MARK.finditer(text):
+        at = match.start()
+        inside = bisect_left(window_starts, at + 1) - 1
+        if not (inside >= 0 and at < windows[inside][1]):
+            found.append((at, match.lastgroup or "", match[0]))
     return found
 
 
