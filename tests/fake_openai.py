@@ -4,9 +4,10 @@ It answers from the request itself (the candidates JSON in the ranker prompt, th
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
 strategy that loses to the mock's, for comparisons of variants).
-Latency and faults are injectable; it records every request (with the requests in
-flight when it came) and the most in flight. With `serial` set it answers one call at a
-time, as a local CPU model's server does: latency grows with the queue.
+Latency and faults are injectable; it records every request (its body, parsed and as the
+bytes received, `raw`, with the requests in flight when it came) and the most in flight.
+With `serial` set it answers one call at a time, as a local CPU model's server does:
+latency grows with the queue.
 
 Rate-limit mode (`rate_limit`): at most R requests per second (a token bucket holding
 one second's worth, refilled continuously, as providers meter requests per minute) and at
@@ -242,13 +243,13 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str], raw: bytes = b"") -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
             self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
-                                  "in_flight": self.in_flight})  # this one included
+                                  "in_flight": self.in_flight, "raw": raw})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
 
@@ -532,7 +533,7 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.server
         admitted, limit_headers = server._admit()
         answered = not admitted
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, raw)
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",

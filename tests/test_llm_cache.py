@@ -16,6 +16,7 @@ import pytest
 
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
+from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.usage import UsageClient
 
 MESSAGES = ({"role": "user", "content": "hello"},)
@@ -49,6 +50,21 @@ def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None
     assert cache_key("http://a/v1", request(model="n")) != base
     assert cache_key("http://a/v1", request(temperature=0.5)) != base
     assert cache_key("http://a/v1", request(messages=({"role": "user", "content": "hello!"},))) != base
+
+
+def test_keys_are_the_ones_earlier_versions_wrote() -> None:
+    """The key is hashed around the body's bytes as posted (encoded once); it is still the
+    SHA-256 of `{"base_url":...,"body":...,"format":2}`, so answers cached before still hit."""
+    messages = ({"role": "system", "content": "Rank the candidates."},
+                {"role": "user", "content": 'th\u00e9 kettle \u2014 "red" \u2713 \\ </script>'})
+    assert cache_key("http://127.0.0.1:8000/v1", ChatRequest("ranker", "gpt-4o-mini", messages)) == \
+        "cdd3ea1c931bcba0c0bbeeb59ea8130a85d4b89b13da416b95a4f6bf483a9992"
+    schema = {"title": "ranking", "type": "object", "required": ["ordered_ids"], "additionalProperties": False,
+              "properties": {"ordered_ids": {"type": "array", "items": {"type": "string"}}}}
+    shaped = HealingClient(Counting()).shape(ChatRequest("rewriter", "gpt-5-mini", messages, max_output_tokens=800,
+                                                         response_schema=schema, reasoning_effort="low"))
+    assert cache_key("https://api.openai.com/v1", shaped) == \
+        "b2711a5dde363866626260f673333dc0ca010b588ada0fe523a78dde909e52f2"
 
 
 def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:

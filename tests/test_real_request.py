@@ -7,6 +7,7 @@ what OpenAI refuses for reasoning models, through the real SDK."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import PROMPTS, GeoProject, egeo_workdir
+from conftest import PROMPTS, GeoProject, cache_entries, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
@@ -124,6 +125,16 @@ def test_cache_keys_differ_by_every_parameter_sent() -> None:
     effort = ChatRequest("ranker", "gpt-5-mini", request.messages, reasoning_effort="low")
     assert cache_key("u", request) != cache_key("u", effort)
     assert cache_key("u", request) == cache_key("u", ChatRequest("ranker", "gpt-5-mini", request.messages))
+
+
+def test_the_cache_keys_on_the_very_bytes_the_server_received(served_project: GeoProject) -> None:
+    """A request is encoded once: the bytes posted are the bytes its cache key hashes."""
+    served_project.run(str(served_project.dataset(2)), "--geo-cache-dir", "answers").assert_outcomes(passed=2)
+    url = served_project.server.url.rstrip("/").encode()
+    received = {hashlib.sha256(b'{"base_url":"' + url + b'","body":' + request["raw"] + b',"format":2}').hexdigest()
+                for request in served_project.server.requests}
+    assert len(received) == 6
+    assert {entry["key"] for entry in cache_entries(served_project.pytester.path / "answers")} == received
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])

@@ -43,7 +43,7 @@ from typing import Any
 
 from pytest_geo.data.files import open_regular, write_all
 from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse, is_token_count
-from pytest_geo.llm.profiles import sent_body
+from pytest_geo.llm.profiles import sent_json
 
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
 STALE_TEMP_SECONDS = 3600  # a live writer's temp file is milliseconds old
@@ -60,14 +60,16 @@ READ_CHUNK = MAX_ENTRY_BYTES + 1  # a chunk holds any whole entry and its newlin
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
     """The request as sent (its body: model, messages and every parameter, llm/profiles.py)
-    to the server named by `namespace`."""
-    canonical = json.dumps(
-        {"format": CACHE_FORMAT, "base_url": namespace, "body": sent_body(request)},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    to the server named by `namespace`: the SHA-256 of
+    `{"base_url":<namespace>,"body":<body>,"format":2}` as compact, key-sorted UTF-8 JSON,
+    hashed around the very bytes the body is posted as (`sent_json`), so it is not encoded
+    twice."""
+    hashed = hashlib.sha256(b'{"base_url":')
+    hashed.update(json.dumps(namespace, ensure_ascii=False).encode("utf-8"))
+    hashed.update(b',"body":')
+    hashed.update(sent_json(request))
+    hashed.update(b',"format":%d}' % CACHE_FORMAT)
+    return hashed.hexdigest()
 
 
 def make_ignored_pytest_cache(directory: Path) -> None:

@@ -19,11 +19,12 @@ import openai
 
 from pytest_geo.llm import redaction
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused, is_token_count
-from pytest_geo.llm.profiles import Refusal, sent_body
+from pytest_geo.llm.profiles import Refusal, sent_json
 from pytest_geo.settings import DEFAULT_BASE_URL
 from pytest_geo.text import shorten
 
 RETRY_HEADER = "x-stainless-retry-count"
+CHAT_PATH = b"chat/completions"
 MAX_DETAIL = 120
 MAX_REFUSAL = 1000  # a 400's message, read for the parameter it names
 KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
@@ -80,6 +81,10 @@ class OpenAIChatClient:
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
         )
+        # The endpoint's URL, joined to the SDK's base URL once as the SDK joins a path to
+        # it: posted whole, the SDK need not parse and join it again on every call.
+        base = self._client.base_url
+        self._endpoint = str(base.copy_with(raw_path=base.raw_path + CHAT_PATH))
 
     @property
     def sdk(self) -> openai.AsyncOpenAI:
@@ -136,17 +141,20 @@ class OpenAIChatClient:
             finish_reason=finish_reason,
         )
 
-    async def _post(self, request: ChatRequest, client: Any = None) -> Any:
+    async def _post(self, request: ChatRequest, retries: int | None = None) -> Any:
         # `post` rather than `chat.completions.create`: the same SDK request (auth,
         # retries, errors), without create()'s TypedDict transform of the messages, which
         # walks every variant of the message union and was the largest CPU cost per call
-        # (our messages are plain text). `cast_to=object`: the SDK hands back the decoded
-        # JSON as it is, and the four fields read from it (`completion_fields`) skip
-        # building a `ChatCompletion` model of every field of the answer.
-        completion = await (client or self._client).post(
-            "/chat/completions",
-            body=sent_body(request),
+        # (our messages are plain text). The body goes as the bytes the answer cache keyed
+        # on (`sent_json`: the SDK's own encoding, keys sorted), not encoded a second time.
+        # `cast_to=object`: the SDK hands back the decoded JSON as it is, and the four
+        # fields read from it (`completion_fields`) skip building a `ChatCompletion` model
+        # of every field of the answer.
+        completion = await self._client.post(
+            self._endpoint,
+            content=sent_json(request),
             cast_to=object,
+            options={} if retries is None else {"max_retries": retries},
         )
         self._reached = True
         return completion
@@ -156,13 +164,13 @@ class OpenAIChatClient:
         first: a closed port, an unknown host, a refused key or an unknown model fails in
         milliseconds instead of after every backoff. Anything else gets its retries."""
         try:
-            return await self._post(request, self._client.with_options(max_retries=0))
+            return await self._post(request, retries=0)
         except openai.APIError as exc:
             if isinstance(exc, openai.APIStatusError):
                 self._reached = True
             if _fatal(exc) is not None or self.max_retries == 0 or _refused(exc):
                 raise
-        return await self._post(request, self._client.with_options(max_retries=self.max_retries - 1))
+        return await self._post(request, retries=self.max_retries - 1)
 
     def _cause(self, exc: openai.APIError) -> str:
         """One line naming what went wrong, with the key (and anything key-like) removed."""

@@ -14,6 +14,8 @@ every later request of that model (`apply_lessons`)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,6 +82,11 @@ class ShapedRequest(ChatRequest):
 
     body: Mapping[str, Any] = field(default_factory=dict)
 
+    @functools.cached_property
+    def body_json(self) -> bytes:
+        """The body's bytes (`encode_body`), encoded once for the cache's key and the post."""
+        return encode_body(self.body)
+
 
 def sent_body(request: ChatRequest) -> dict[str, Any]:
     """The body a request is sent with: its shaped body, else the table's (a client used
@@ -87,6 +94,20 @@ def sent_body(request: ChatRequest) -> dict[str, Any]:
     if isinstance(request, ShapedRequest):
         return dict(request.body)
     return request_body(request)
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """`body` as the bytes posted: compact UTF-8 JSON as the SDK writes it (no NaN or
+    infinity, which JSON has not), with its keys sorted, so that the answer cache's key is a
+    hash of these very bytes (llm/cache.py) and a request is encoded once, not twice."""
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def sent_json(request: ChatRequest) -> bytes:
+    """The bytes a request is posted as (`encode_body` of `sent_body`)."""
+    if isinstance(request, ShapedRequest):
+        return request.body_json
+    return encode_body(request_body(request))
 
 
 @dataclass(frozen=True)
