@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from pytest_geo.engine import gc_pace
 from pytest_geo.engine.limiter import Limiter
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
@@ -72,6 +73,7 @@ class Runner:
     of consumption can stall the run."""
 
     def __init__(self, concurrency: int | Limiter, window_floor: int | None = None) -> None:
+        gc_pace.hold()  # the collector's pace while rows run (engine/gc_pace.py), until close
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-geo-runner", daemon=True)
         self._thread.start()
@@ -249,3 +251,4 @@ class Runner:
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+        gc_pace.release()
