@@ -167,7 +167,8 @@ def collector_time(totals: Counter[str]) -> Iterator[None]:
 
 
 def direct(client: Any, requests: list[ChatRequest], concurrency: int) -> None:
-    """Every request through `client` on a fresh loop, `concurrency` at a time."""
+    """Every request through `client` on a fresh loop, `concurrency` at a time, with the
+    collector at the pace a run sets (engine/gc_pace.py), as in `whole`."""
 
     async def main() -> None:
         slots = asyncio.Semaphore(concurrency)
@@ -179,7 +180,11 @@ def direct(client: Any, requests: list[ChatRequest], concurrency: int) -> None:
         await asyncio.gather(*(one(r) for r in requests))
         await client.aclose()
 
-    asyncio.run(main())
+    gc_pace.hold()
+    try:
+        asyncio.run(main())
+    finally:
+        gc_pace.release()
 
 
 def plainly_driven(url: str) -> Any:

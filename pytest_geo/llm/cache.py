@@ -31,6 +31,7 @@ next: one cut at the output cap, or over the answer size cap (MAX_ANSWER_CHARS).
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -64,12 +65,16 @@ def cache_key(namespace: str, request: ChatRequest) -> str:
     `{"base_url":<namespace>,"body":<body>,"format":2}` as compact, key-sorted UTF-8 JSON,
     hashed around the very bytes the body is posted as (`sent_json`), so it is not encoded
     twice."""
-    hashed = hashlib.sha256(b'{"base_url":')
-    hashed.update(json.dumps(namespace, ensure_ascii=False).encode("utf-8"))
-    hashed.update(b',"body":')
+    hashed = _key_start(namespace).copy()
     hashed.update(sent_json(request))
     hashed.update(b',"format":%d}' % CACHE_FORMAT)
     return hashed.hexdigest()
+
+
+@functools.lru_cache(maxsize=8)  # a run has one server
+def _key_start(namespace: str) -> hashlib._Hash:
+    """The hash fed with what every key of `namespace` starts with, to be copied."""
+    return hashlib.sha256(b'{"base_url":' + json.dumps(namespace, ensure_ascii=False).encode("utf-8") + b',"body":')
 
 
 def make_ignored_pytest_cache(directory: Path) -> None:

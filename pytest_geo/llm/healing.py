@@ -28,8 +28,11 @@ STRUCTURED_PARAM = "response_format"
 OnUnfixable = Callable[[ChatRequest, ModelError, str, bool], None]
 
 
+REQUEST_FIELDS = tuple(f.name for f in fields(ChatRequest))
+
+
 def shaped(request: ChatRequest, body: dict[str, Any]) -> ShapedRequest:
-    values = {f.name: getattr(request, f.name) for f in fields(ChatRequest)}
+    values = {name: getattr(request, name) for name in REQUEST_FIELDS}
     return ShapedRequest(**values, body=body)
 
 
