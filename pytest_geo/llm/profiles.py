@@ -36,6 +36,7 @@ GPT5_X = re.compile(r"gpt-5\.\d+(?:-[a-z0-9-]+)?")  # gpt-5.1, gpt-5.2-mini: rea
 CHAT = re.compile(r"gpt-(?:3\.5|4|5-chat)[a-z0-9.-]*|chatgpt-[a-z0-9.-]*")
 
 
+@functools.lru_cache(maxsize=256)  # asked for every request; a run has a few models
 def family(model: str, reasoning_effort: str | None = None) -> str:
     """"reasoning", "chat" (OpenAI's other chat models) or "unknown" (any other name:
     today's parameters, and reasoning_effort when the user asks for it)."""

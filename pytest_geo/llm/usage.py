@@ -119,7 +119,9 @@ class UsageClient:
         self.usage: UsageTable = {}
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        counts = self.usage.setdefault(request.role, empty_counts())
+        counts = self.usage.get(request.role)
+        if counts is None:  # a role's first call (not a new table on every call)
+            counts = self.usage[request.role] = empty_counts()
         counts["calls"] += 1
         try:
             response = await self.inner.complete(request)
