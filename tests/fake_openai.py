@@ -4,8 +4,8 @@ It answers from the request itself (the candidates JSON in the ranker prompt, th
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
 strategy that loses to the mock's, for comparisons of variants).
-Latency and faults are injectable; it records every request (its body, parsed and as the
-bytes received, `raw`, with the requests in flight when it came) and the most in flight.
+Latency and faults are injectable; it records every request (with the requests in flight
+when it came, and its body as received in `raw_bodies`) and the most in flight.
 With `serial` set it answers one call at a time, as a local CPU model's server does:
 latency grows with the queue.
 
@@ -139,6 +139,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.fault_rate = 0.0  # otherwise: this share of requests gets a random fault
         self.rng = random.Random(0)
         self.requests: list[dict[str, Any]] = []
+        self.raw_bodies: list[bytes] = []  # each chat request's body as received, in arrival order
         # Wall-clock times (time.time(), comparable with another process's) of the first
         # chat request's arrival and of the last chat answer's end: a bench in another
         # process times a client's start-up and exit against them (`/stats`).
@@ -191,6 +192,7 @@ class FakeOpenAI(ThreadingHTTPServer):
     def reset(self) -> None:
         with self.lock:
             self.requests.clear()
+            self.raw_bodies.clear()
             self.first_request_at = self.last_answer_at = None
             self.faults.clear()
             self.always = None
@@ -243,13 +245,13 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str], raw: bytes = b"") -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
             self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
-                                  "in_flight": self.in_flight, "raw": raw})  # this one included
+                                  "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
 
@@ -533,7 +535,9 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.server
         admitted, limit_headers = server._admit()
         answered = not admitted
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, raw)
+        with server.lock:
+            server.raw_bodies.append(raw)
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",

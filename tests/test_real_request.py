@@ -131,8 +131,8 @@ def test_the_cache_keys_on_the_very_bytes_the_server_received(served_project: Ge
     """A request is encoded once: the bytes posted are the bytes its cache key hashes."""
     served_project.run(str(served_project.dataset(2)), "--geo-cache-dir", "answers").assert_outcomes(passed=2)
     url = served_project.server.url.rstrip("/").encode()
-    received = {hashlib.sha256(b'{"base_url":"' + url + b'","body":' + request["raw"] + b',"format":2}').hexdigest()
-                for request in served_project.server.requests}
+    received = {hashlib.sha256(b'{"base_url":"' + url + b'","body":' + raw + b',"format":2}').hexdigest()
+                for raw in served_project.server.raw_bodies}
     assert len(received) == 6
     assert {entry["key"] for entry in cache_entries(served_project.pytester.path / "answers")} == received
 
