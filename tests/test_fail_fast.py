@@ -71,3 +71,19 @@ def test_circuit_breaker_after_consecutive_failures(served_project: GeoProject) 
     assert len(server.requests) <= 2 * 8  # at most two calls a row reached the server, 8 of them counted
     report = json.loads((served_project.pytester.path / "r.json").read_text())
     assert report["not_run"] == outcomes["skipped"] and report["complete"] is False
+
+
+def test_calls_never_sent_are_not_counted_as_calls_nor_errors(served_project: GeoProject) -> None:
+    """Usage counts what reached the server: the calls stopped by the breaker were never sent."""
+    served_project.server.always = "401"
+    result = served_project.run(str(served_project.dataset(40)), "--geo-concurrency", "4", "--geo-no-cache",
+                                "--geo-report", "r.json")
+    result.assert_outcomes(failed=1, skipped=40)
+    sent = len(served_project.server.requests)
+    assert 1 <= sent <= 8
+    usage = json.loads((served_project.pytester.path / "r.json").read_text())["usage"]
+    assert sum(c["calls"] for c in usage.values()) == sent
+    # each refused; a call cancelled in flight (its row's ranking failed first) is no error
+    assert 1 <= sum(c["errors"] for c in usage.values()) <= sent
+    for role, counts in usage.items():  # the summary's usage lines say the same
+        result.stdout.fnmatch_lines([f"*{role}: calls={counts['calls']} cache_hits=0 retries=0 errors={counts['errors']} *"])

@@ -85,8 +85,14 @@ class RequestRefused(ModelError):
 
 
 class ServerUnusable(ModelError):
-    """The run's model server was found unusable (llm/breaker.py): the call was not sent,
-    and the row counts as not run rather than as an error."""
+    """The run's model server was found unusable (llm/breaker.py), and the row counts as
+    not run rather than as an error. `sent`: this call itself reached the server (the one
+    whose failure showed it unusable); otherwise it was never sent, and the usage counts
+    (llm/usage.py) count it neither as a call nor as an error."""
+
+    def __init__(self, message: str, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class ChatClient(Protocol):

@@ -33,7 +33,7 @@ class Breaker:
             if exc.fatal is not None and not self.succeeded:
                 self.tripped = self.tripped or (
                     f"cannot use {self.host} for model {request.model}: {exc.fatal} ({exc})")
-                raise ServerUnusable(self.tripped) from None
+                raise ServerUnusable(self.tripped, sent=True) from None
             if exc.transport:
                 self.failures += 1
                 if self.failures >= self.consecutive and self.tripped is None:
@@ -49,11 +49,11 @@ class Breaker:
         call succeeded, or `always` (a refusal the user said must fail the run), the run
         stops; the call then raises ServerUnusable. After a success it is its row's error."""
         if self.tripped is not None:
-            raise ServerUnusable(self.tripped) from None
+            raise ServerUnusable(self.tripped, sent=True) from None
         if self.succeeded and not always:
             return
         self.tripped = f"cannot use {self.host} for model {request.model}: {why} ({exc})"
-        raise ServerUnusable(self.tripped) from None
+        raise ServerUnusable(self.tripped, sent=True) from None
 
     async def aclose(self) -> None:
         await self.inner.aclose()

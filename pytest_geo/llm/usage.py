@@ -1,6 +1,7 @@
 """Usage accounting per model role, as the outermost client wrapper.
 
-`calls` counts every request the engine made (re-asks included), `cache_hits` those the
+`calls` counts every request the engine made (re-asks included; not those never sent
+because the server was found unusable or the budget was reached), `cache_hits` those the
 cache answered, `retries` the HTTP retries the SDK took, `errors` calls that failed for
 good; tokens are the ones a server reported, so cache hits add none to them: their
 tokens (stored with each cached answer) go to `cached_*_tokens` instead.
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
 from pytest_geo.llm.prices import PRICES_DATE, Price, dollars, format_dollars
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
@@ -125,6 +126,12 @@ class UsageClient:
         counts["calls"] += 1
         try:
             response = await self.inner.complete(request)
+        except ServerUnusable as exc:
+            if not exc.sent:  # never sent (the server stopped, the budget was reached): no call
+                counts["calls"] -= 1
+                raise
+            counts["errors"] += 1
+            raise
         except ModelError as exc:
             counts["errors"] += 1
             counts["retries"] += exc.retries
