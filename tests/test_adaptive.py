@@ -8,6 +8,7 @@ import json
 import math
 import re
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from pytest_geo.engine.adaptive import (
 )
 from pytest_geo.engine.limiter import Limiter
 from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.base import ChatRequest
+from pytest_geo.llm.stack import build_stack
 from pytest_geo.report.concurrency import merge_stats, stats_line
 from pytest_geo.settings import Settings, build_settings
 
@@ -99,6 +102,30 @@ def test_limiter_waiter_cancelled_after_a_wake_up_dropped_it_leaves_quietly() ->
         return limiter.in_use
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_request_that_got_its_slot_before_a_pause_is_sent_after_it(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 429's pause begins while a request holds its slot but is not sent yet (a busy
+    client builds dozens between reading two answers): it waits out the pause too,
+    instead of reaching a server that asked for quiet. The run's client stack, real SDK."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    stack = build_stack(Settings(prompts_dir=PROMPTS, base_url=fake_openai.url, use_cache=False))
+    request = ChatRequest("rewriter", "gpt-4o-mini", ({"role": "user", "content": "Original description: a kettle"},))
+
+    async def scenario() -> float:
+        requests = stack.concurrency.requests
+        async with requests:  # the slot, taken as the bounded layer takes it
+            requests.pause_until(asyncio.get_running_loop().time() + 0.5)  # then a 429 said "wait 0.5 s"
+            start = time.monotonic()
+            await stack.backend.complete(request)
+        await stack.backend.aclose()
+        return start
+
+    start = asyncio.run(scenario())
+    assert len(fake_openai.requests) == 1
+    assert fake_openai.requests[0]["at"] - start >= 0.5
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("20ms", 0.02), ("1s", 1.0), ("6m0s", 360.0), ("1.5", 1.5),
@@ -274,6 +301,32 @@ def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None
         return caps
 
     assert asyncio.run(scenario()) == [6, 6, 7, 8]  # one more after each 15 s without a 429
+
+
+def test_calls_held_through_a_pause_do_not_read_as_a_queue() -> None:
+    """Calls answered in 0.1 s, then a 429 asking for 1 s: calls begun before the pause
+    ended waited in it (1.1 s each), which says nothing of the server's pace, so the
+    limit grows on from where the 429 put it (halved), not cut to the pace of a queue."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[float, float]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=1, clock=clock)
+        for _ in range(40):
+            clock.now += 0.01
+            controller.call_succeeded(0.1)
+        wait = controller.observe(429, {"retry-after": "1"})
+        assert wait is not None
+        asyncio.ensure_future(wait).cancel()
+        halved = controller.limit
+        clock.now += 1.1
+        for _ in range(8):
+            clock.now += 0.01
+            controller.call_succeeded(1.1)
+        return halved, controller.limit
+
+    halved, after = asyncio.run(scenario())
+    assert halved == 10.5  # 1 + 40 x 0.5, halved
+    assert after >= 10.5  # growing again, one row a round trip
 
 
 def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() -> None:

@@ -186,6 +186,7 @@ class AdaptiveConcurrency:
         self._tested: int | None = None  # in flight the server was seen to take: the ceiling less a fresh probe
         self._rate_episode = False  # the current 429 episode's refusals came within the ceiling
         self._episode_end = 0.0  # when the current 429 episode's pause ends (the clock)
+        self._pause_end = 0.0  # when the latest pause ends (the clock): calls begun before waited in it
         self._episode_sent = 0  # requests out at its first refusal, that one included
         self._episode_refused = 0  # its refusals so far
         self._quiet_since = 0.0  # when the last 429 came (the clock): the ceiling's probe waits from it
@@ -242,6 +243,7 @@ class AdaptiveConcurrency:
         rate: refused with nothing else in flight, or within what it took. A cap's
         episode lowers the ceiling to the requests it took."""
         now = self._quiet_since = self.clock()
+        self._pause_end = max(self._pause_end, now + pause)
         if now >= self._episode_end:
             resuming = self._latency is not None and now < self._episode_end + self._latency
             self._episode_end = now + pause
@@ -284,18 +286,12 @@ class AdaptiveConcurrency:
         if not self._sees_responses:
             self._answers += 1  # a backend without an HTTP hook: its calls are the clock
         self._finished.append(now)
-        self._latency = _smooth(self._latency, seconds)
-        self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
-        queue_shows = self._fastest >= QUEUE_SIGNAL
-        if queue_shows and self._latency > QUEUEING * self._fastest and self._drain_queue():
-            return
         if self._settled_at < self._cut_at and self._window_over():
             self._settled_at = now
-        if queue_shows and now - seconds >= self._settled_at:  # sent under the current limit
-            self._queued = _smooth(self._queued, seconds)
-            if self._queued > SLOWER * self._fastest:
-                self._cut(TRIM_ON_PRESSURE)
-                return
+        # A call begun before a pause's end may have waited in it (Limiter.hold): its time
+        # is the server's Retry-After, not its pace.
+        if now - seconds >= self._pause_end and self._slower(now, seconds):
+            return
         cap = self.request_cap
         if self._window_over() and self._rate is None and self._granted is not None:
             self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
@@ -309,6 +305,21 @@ class AdaptiveConcurrency:
         step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
         self.limit = min(float(self.maximum), self.limit + step)
         self._apply()
+
+    def _slower(self, now: float, seconds: float) -> bool:
+        """A call's time joins the latency averages; True if it showed a queue and cut."""
+        self._latency = _smooth(self._latency, seconds)
+        self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
+        if self._fastest < QUEUE_SIGNAL:
+            return False
+        if self._latency > QUEUEING * self._fastest and self._drain_queue():
+            return True
+        if now - seconds >= self._settled_at:  # sent under the current limit
+            self._queued = _smooth(self._queued, seconds)
+            if self._queued > SLOWER * self._fastest:
+                self._cut(TRIM_ON_PRESSURE)
+                return True
+        return False
 
     def _drain_queue(self) -> bool:
         """Calls wait in a queue QUEUEING times their fastest latency: whatever serves

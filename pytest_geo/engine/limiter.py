@@ -2,13 +2,15 @@
 
 `asyncio.Semaphore` has a fixed size. Here the limit can move while holders are inside
 (lowering it only makes newcomers wait until enough holders left) and new entries can be
-held back until a time (a server's `Retry-After`). Waiters enter first come, first served,
-so rows still start in submission order."""
+held back until a time (a server's `Retry-After`), and so can the requests of holders
+not yet sent (`hold`). Waiters enter first come, first served, so rows still start in
+submission order."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable
 from types import TracebackType
 
 
@@ -34,6 +36,19 @@ class Limiter:
 
     def paused_until(self) -> float:
         return self._paused_until
+
+    def hold(self) -> Awaitable[None] | None:
+        """For a holder about to send its request: the wait until the pause is over, or
+        None when there is none. A slot taken before a pause began does not make its
+        request welcome: the server asked for quiet, whoever got in first."""
+        if self._paused_until <= asyncio.get_running_loop().time():
+            return None
+        return self._pause_over()
+
+    async def _pause_over(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._paused_until > loop.time():  # a later 429 can extend it meanwhile
+            await asyncio.sleep(self._paused_until - loop.time())
 
     async def acquire(self) -> None:
         loop = asyncio.get_running_loop()

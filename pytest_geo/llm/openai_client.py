@@ -37,7 +37,7 @@ ANSWER_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
 _attempts: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("geo_attempts", default=None)
 
 
-async def _count_attempt(request: Any) -> None:
+def _count_attempt(request: Any) -> None:
     attempts = _attempts.get()
     if attempts is not None:
         try:
@@ -49,14 +49,16 @@ async def _count_attempt(request: Any) -> None:
 # Status and headers of one HTTP response; may return a wait to finish before the SDK
 # goes on (a refused request queueing for its next slot).
 ResponseObserver = Callable[[int, Mapping[str, str]], Awaitable[None] | None]
+# Asked before each request is sent; may return a wait to finish first (a server's pause).
+RequestGate = Callable[[], Awaitable[None] | None]
 RETRY_NOW_MS = "1"
 
 
-def _http_client(on_response: Callable[[Any], Any]) -> Any:
+def _http_client(on_request: Callable[[Any], Any], on_response: Callable[[Any], Any]) -> Any:
     """The SDK's aiohttp transport when installed (the `openai[aiohttp]` extra we depend
     on): httpcore's pool costs more CPU per request, which at high concurrency makes the
     client, not the server, the bottleneck (README, "Concurrency")."""
-    hooks: dict[str, list[Callable[[Any], Any]]] = {"request": [_count_attempt], "response": [on_response]}
+    hooks: dict[str, list[Callable[[Any], Any]]] = {"request": [on_request], "response": [on_response]}
     try:
         return openai.DefaultAioHttpClient(event_hooks=hooks)
     except RuntimeError:  # aiohttp is missing: httpx works, only slower
@@ -77,7 +79,8 @@ class OpenAIChatClient:
         self._secret = api_key
         self._reached = False  # has the server answered a call yet (see _post_first)
         self._observer: ResponseObserver | None = None
-        http = _http_client(self._on_response)
+        self._gate: RequestGate | None = None
+        http = _http_client(self._on_request, self._on_response)
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=max_retries, http_client=http
         )
@@ -101,6 +104,18 @@ class OpenAIChatClient:
         """Hand every HTTP response's status and headers (case-insensitive names) to
         `observer`, the SDK's retried 429s included: what --geo-concurrency auto adapts to."""
         self._observer = observer
+
+    def hold_requests(self, gate: RequestGate) -> None:
+        """Ask `gate` before each request (retries included) goes out, and wait as it
+        says: a request that got its slot before a 429's pause began still waits out the
+        pause instead of being refused with the rest."""
+        self._gate = gate
+
+    async def _on_request(self, request: Any) -> None:
+        _count_attempt(request)
+        wait = self._gate() if self._gate is not None else None
+        if wait is not None:
+            await wait
 
     async def _on_response(self, response: Any) -> None:
         if self._observer is None:

@@ -85,6 +85,9 @@ def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientS
     observe = getattr(backend, "observe_responses", None)
     if callable(observe):  # backends that see HTTP responses report status and headers
         observe(concurrency.observe)
+    hold = getattr(backend, "hold_requests", None)
+    if callable(hold):  # and hold a request about to be sent during a server's pause
+        hold(concurrency.requests.hold)
     bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded)
     # The breaker trips after as many consecutive failed calls as there are request slots
     # at the start (each already retried): every call in flight failed, then as many again.
