@@ -8,6 +8,7 @@ import json
 import math
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -309,11 +310,12 @@ def test_calls_held_through_a_pause_do_not_read_as_a_queue() -> None:
     limit grows on from where the 429 put it (halved), not cut to the pace of a queue."""
     clock = FakeClock()
 
-    async def scenario() -> tuple[float, float]:
-        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=1, clock=clock)
+    async def scenario() -> tuple[float, float, float]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
         for _ in range(40):
             clock.now += 0.01
             controller.call_succeeded(0.1)
+        before = controller.limit
         wait = controller.observe(429, {"retry-after": "1"})
         assert wait is not None
         asyncio.ensure_future(wait).cancel()
@@ -322,11 +324,11 @@ def test_calls_held_through_a_pause_do_not_read_as_a_queue() -> None:
         for _ in range(8):
             clock.now += 0.01
             controller.call_succeeded(1.1)
-        return halved, controller.limit
+        return before, halved, controller.limit
 
-    halved, after = asyncio.run(scenario())
-    assert halved == 10.5  # 1 + 40 x 0.5, halved
-    assert after >= 10.5  # growing again, one row a round trip
+    before, halved, after = asyncio.run(scenario())
+    assert before > 16 and halved == before / 2
+    assert after >= halved  # growing again, one row a round trip
 
 
 def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() -> None:
@@ -349,6 +351,38 @@ def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() 
     controller = asyncio.run(scenario())
     assert controller.limit == 1.0
     assert controller.rows.limit == 1 and controller.requests.limit == 2
+
+
+def test_slow_start_ends_where_more_rows_stop_buying_throughput() -> None:
+    """Calls come back at 300 a second however many rows are allowed (whatever is
+    saturated, this client's CPU or the server), in 0.1 s each, and rows keep waiting
+    for a slot. Three round trips without a quarter more throughput end slow start:
+    the limit falls back to twice what 300 calls a second need at 0.1 s a call (30
+    requests, 1.5 a row: 40 rows), having stayed within twice that. Before, it grew
+    to its bound of 256."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[AdaptiveConcurrency, float, list[float]]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=1, clock=clock)
+        controller.rows.in_use = 10**6  # every row waits for a slot
+        waiting = asyncio.ensure_future(controller.rows.acquire())
+        await asyncio.sleep(0)
+        limits = []
+        while controller.slow_start and len(limits) < 3000:  # ten seconds
+            clock.now += 1 / 300
+            controller.call_succeeded(0.1)
+            limits.append(controller.limit)
+        ended = controller.limit
+        for _ in range(30):  # a tenth of a second more
+            clock.now += 1 / 300
+            controller.call_succeeded(0.1)
+        waiting.cancel()
+        return controller, ended, limits
+
+    controller, ended, limits = asyncio.run(scenario())
+    assert round(ended) == 40
+    assert round(max(limits)) <= 80 and controller.reached <= 80
+    assert 40 <= controller.limit <= 41  # then one row a round trip
 
 
 def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> None:
@@ -443,16 +477,19 @@ def test_a_fast_local_server_gets_well_past_eight_rows(
 ) -> None:
     """A loopback server answering every call in 0.5 s, as many at once as it is sent:
     auto starts at one row, as for any local server, and grows while the calls come back
-    as fast (the bound of 8 rows a local server had capped this at 24 requests). At 0.1 s
-    a call the client's CPU, shared with this in-process server on a loaded machine, can
-    become the bottleneck first, and the latency rule then rightly stops the growth
-    (bench_concurrency.py measures it there, with the server in its own process)."""
+    as fast (the bound of 8 rows a local server had capped this at 24 requests), doubling
+    the requests in flight each round trip: 2, 4, 8, 16, 32, 64, so the server holds 50
+    at once before it has answered 60 (at half a row per answer, about 40)."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     fake_openai.latency = 0.5
     stats = _evaluate(fake_openai, tmp_path, 120, _local(fake_openai)).concurrency_stats()
     assert (stats.start, stats.maximum) == (1, 256)
     assert stats.reached >= 32, stats
     assert fake_openai.max_in_flight >= 32
+    # Each request arrives with the answered ones gone from the server: the requests
+    # before it, less those still in flight with it.
+    early = [r["in_flight"] for i, r in enumerate(fake_openai.requests) if i + 1 - r["in_flight"] <= 60]
+    assert max(early) >= 50, early
 
 
 def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
@@ -588,3 +625,35 @@ def test_the_mock_prints_no_concurrency_line(geo_project: pytest.Pytester) -> No
 def test_the_concurrency_line_says_rose_only_when_the_limit_rose(stats: dict[str, int], shape: str) -> None:
     line = stats_line({"mode": "auto", "maximum": 256, "rate_limited": 2, **stats})
     assert line == f"concurrency: auto, {shape}; 429 answers seen: 2"
+
+
+def test_a_stalled_client_does_not_read_as_a_queue_at_the_server(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server answering every call in 0.5 s, 32 rows at once (the bound), and the
+    client's event loop blocked for 2.5 s mid-run (its CPU taken by other work, or the
+    machine's): the calls out then take six times their fastest, but the server did not
+    slow down, so the limit stays at 32 rows (before, it fell to about 17 and was still
+    climbing back at the end)."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.5
+    settings = Settings(prompts_dir=PROMPTS, base_url=fake_openai.url, use_cache=False, start_concurrency=32,
+                        max_concurrency=32)
+
+    async def block() -> None:
+        time.sleep(2.5)  # holds the runner's loop, as a busy client would
+
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(64)), encoding="utf-8")
+    rows = [r for r in iter_dataset(dataset, 0) if isinstance(r, GeoRow)]
+    session = GeoSession(settings)
+    stall = threading.Timer(1.2, lambda: session.runner.run(block()))
+    stall.start()
+    try:
+        outcomes = session.evaluate(rows)
+    finally:
+        stall.join()
+        session.close()
+    assert [o.error for o in outcomes] == [None] * 64
+    stats = session.concurrency_stats()
+    assert (stats.reached, stats.limit) == (32, 32)

@@ -63,10 +63,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_geo.engine.limiter import Limiter
+from pytest_geo.engine.loop_lag import LoopLag
 from pytest_geo.settings import DEFAULT_CONCURRENCY
 
 START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
-SLOW_START_STEP = 0.5  # rows per successful call while no pressure was seen (x2 a round trip)
+MEAN_REQUESTS_PER_ROW = 1.5  # a GEO row's three calls take two round trips (two at once, then one)
+# Rows per successful call while no pressure was seen: 2/3 of a row per answer doubles
+# the requests in flight a round trip.
+SLOW_START_STEP = 1 / MEAN_REQUESTS_PER_ROW
+PIPE_GROWTH = 1.25  # slow start goes on while a round trip's calls finished grow by a quarter
+FULL_PIPE_ROUNDS = 3  # round trips without that growth, the rows' limit binding: no more to gain
+PIPE_CALLS = 16  # calls a round trip must hold before a round without growth counts
+STARTUP_GAIN = 2.0  # slow start's rows stay within this many times what the best round needs
 SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
 QUEUEING = 4.0  # this many times slower: a saturated server or CPU, cut to what it serves
 QUEUE_SIGNAL = 0.01  # seconds: faster calls (the mock's) vary with the event loop's jitter, not a queue
@@ -193,7 +201,13 @@ class AdaptiveConcurrency:
         self._probe_wait = CEILING_PROBE  # doubles with each episode that refuses more in flight
         self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
         self._finished: deque[float] = deque(maxlen=THROUGHPUT_CALLS)  # when the last calls came back
-        self._queued: float | None = None  # smoothed latency of calls sent under the current limit
+        self._queued: float | None = None  # smoothed server time of calls sent under the current limit
+        self._served: float | None = None  # seconds per successful call less the client's own delay, smoothed
+        self._lag = LoopLag(clock, lambda: bool(self.requests.in_use or self.rows.in_use))
+        self._round_start: float | None = None  # slow start's current round trip began (the clock)
+        self._round_calls = 0  # calls finished in it
+        self._pipe_rate = 0.0  # calls finished per second in the round that last grew by PIPE_GROWTH
+        self._flat_rounds = 0  # round trips since, with the rows' limit binding
         self._cut_at = 0.0  # when the limit was last cut (the clock)
         self._settled_at = 0.0  # when that cut's window closed: calls sent since ran under it
         self._apply()
@@ -286,12 +300,14 @@ class AdaptiveConcurrency:
         if not self._sees_responses:
             self._answers += 1  # a backend without an HTTP hook: its calls are the clock
         self._finished.append(now)
+        self._lag.watch()
         if self._settled_at < self._cut_at and self._window_over():
             self._settled_at = now
         # A call begun before a pause's end may have waited in it (Limiter.hold): its time
         # is the server's Retry-After, not its pace.
         if now - seconds >= self._pause_end and self._slower(now, seconds):
             return
+        self._full_pipe(now)
         cap = self.request_cap
         if self._window_over() and self._rate is None and self._granted is not None:
             self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
@@ -303,23 +319,65 @@ class AdaptiveConcurrency:
             self._apply()  # the cap moves with the latency and the rate
             return
         step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
-        self.limit = min(float(self.maximum), self.limit + step)
+        bound = min(self.maximum, STARTUP_GAIN * self._pipe_rows()) if self._pipe_known() else self.maximum
+        if self.limit < bound:
+            self.limit = min(float(bound), self.limit + step)
         self._apply()
 
     def _slower(self, now: float, seconds: float) -> bool:
-        """A call's time joins the latency averages; True if it showed a queue and cut."""
+        """A call's time joins the latency averages; True if it showed a queue and cut.
+        The queue rules read the server's share of the time: less the time the event
+        loop ran late meanwhile (a busy or stalled client, which fewer rows would not
+        speed up)."""
         self._latency = _smooth(self._latency, seconds)
         self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
         if self._fastest < QUEUE_SIGNAL:
             return False
-        if self._latency > QUEUEING * self._fastest and self._drain_queue():
+        served = max(0.0, seconds - self._lag.since(now - seconds))
+        self._served = _smooth(self._served, served)
+        if self._served > QUEUEING * self._fastest and self._drain_queue():
             return True
         if now - seconds >= self._settled_at:  # sent under the current limit
-            self._queued = _smooth(self._queued, seconds)
+            self._queued = _smooth(self._queued, served)
             if self._queued > SLOWER * self._fastest:
                 self._cut(TRIM_ON_PRESSURE)
                 return True
         return False
+
+    def _full_pipe(self, now: float) -> None:
+        """Slow start's check that more rows still buy throughput (as TCP BBR's start-up
+        finds a full pipe): each round trip (the fastest latency), the calls finished per
+        second should grow by a quarter over the best round so far. FULL_PIPE_ROUNDS
+        rounds without, while rows wait for a slot, mean whatever is saturated (this
+        client's CPU, the server) gains nothing from more: slow start ends there, and the
+        rows fall back to twice what it serves without queueing (`_pipe_rows`); until
+        then they stay within STARTUP_GAIN times that. Latency alone would take several
+        doublings to show it, if ever: a busy client's delay is its own (`_slower`)."""
+        if not self.slow_start or self._fastest is None or self._fastest < QUEUE_SIGNAL:
+            return  # calls answered in microseconds (the mock's): round trips mean nothing
+        self._round_calls += 1
+        if self._round_start is None:
+            self._round_start = now - self._fastest
+        if now - self._round_start < self._fastest:
+            return
+        rate = self._round_calls / (now - self._round_start)
+        self._round_start, self._round_calls = now, 0
+        if rate >= PIPE_GROWTH * self._pipe_rate:
+            self._pipe_rate, self._flat_rounds = rate, 0
+        elif self.rows.waiting and self._pipe_known():  # else too few calls to tell, or the rows ran out
+            self._flat_rounds += 1
+            if self._flat_rounds >= FULL_PIPE_ROUNDS:
+                self._cut_to(min(self.limit, self._pipe_rows()))
+
+    def _pipe_known(self) -> bool:
+        """In slow start, with enough calls in a round trip to read its throughput."""
+        return self.slow_start and self._fastest is not None and self._pipe_rate * self._fastest >= PIPE_CALLS
+
+    def _pipe_rows(self) -> float:
+        """Rows that keep SLOWER times the best round's requests in flight at the
+        fastest latency (Little's law): twice what the bottleneck serves without queueing."""
+        assert self._fastest is not None
+        return SLOWER * self._pipe_rate * self._fastest / MEAN_REQUESTS_PER_ROW
 
     def _drain_queue(self) -> bool:
         """Calls wait in a queue QUEUEING times their fastest latency: whatever serves

@@ -26,6 +26,11 @@ class Limiter:
     def limit(self) -> int:
         return self._limit
 
+    @property
+    def waiting(self) -> int:
+        """Entrants waiting for a slot (or for the pause to end)."""
+        return len(self._waiters)
+
     def resize(self, limit: int) -> None:
         self._limit = max(1, limit)
         self._wake()
