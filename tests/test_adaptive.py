@@ -259,19 +259,20 @@ def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
     end, with 9 out: still the cap (the server said its budget would be back), now 8,
     and no rate learned from the pauses between. Refused later with 8 out, within what
     the server took: a rate, the 40 successes in the 4 s between the last two episodes
-    (10/s: one request in flight at 0.1 s a call)."""
+    (10/s: one request in flight at 0.1 s a call). After a cap's episode the requests
+    resume at half its ceiling."""
     clock = FakeClock()
 
-    async def scenario() -> list[int | None]:
+    async def scenario() -> list[tuple[int | None, int | None]]:
         controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
         controller.call_succeeded(0.1)
-        seen: list[int | None] = []
+        seen: list[tuple[int | None, int | None]] = []
         waits = []
         for in_flight, later in ((10, 1.05), (9, 4.0), (8, 0.0)):
             controller.requests.in_use = in_flight
             waits.append(controller.observe(429, {"retry-after": "1"}))
             await asyncio.sleep(0.15)  # a latency: a rate is learned once the admitted are answered
-            seen.append(controller.request_cap)
+            seen.append((controller.ceiling, controller.request_cap))
             clock.now += 0.2  # answers to requests sent after it
             for _ in range(int(later * 10)):
                 controller.observe(200, {})
@@ -281,7 +282,34 @@ def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
             asyncio.ensure_future(wait).cancel()
         return seen
 
-    assert asyncio.run(scenario()) == [9, 8, 1]
+    assert asyncio.run(scenario()) == [(9, 4), (8, 4), (8, 1)]
+
+
+def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back() -> None:
+    """Refused with 9 requests out, 1 of them: a ceiling of 8. Were it a rate after all,
+    8 at once would drain its refill again, so the requests resume at 4 once the pause
+    is over and grow by one a round trip (one per answer to as many requests as are
+    out), back to 8."""
+    clock = FakeClock()
+
+    async def scenario() -> list[int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        controller.requests.in_use = 9
+        wait = controller.observe(429, {"retry-after": "1"})
+        assert wait is not None
+        asyncio.ensure_future(wait).cancel()
+        caps = [controller.request_cap]
+        controller.observe(200, {})  # during the pause: no growth
+        caps.append(controller.request_cap)
+        clock.now += 1.0
+        for answers in (5, 5, 7, 7):  # about a round trip each
+            for _ in range(answers):
+                controller.observe(200, {})
+            caps.append(controller.request_cap)
+        return caps
+
+    assert asyncio.run(scenario()) == [4, 4, 5, 6, 7, 8]
 
 
 def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None:
@@ -294,11 +322,11 @@ def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None
         wait = controller.observe(429, {"retry-after": "1"})
         assert wait is not None
         asyncio.ensure_future(wait).cancel()
-        caps = [controller.request_cap]
+        caps = [controller.ceiling]
         for seconds in (14.0, 1.5, 15.0):
             clock.now += seconds
             controller.call_succeeded(0.1)
-            caps.append(controller.request_cap)
+            caps.append(controller.ceiling)
         return caps
 
     assert asyncio.run(scenario()) == [6, 6, 7, 8]  # one more after each 15 s without a 429
@@ -383,6 +411,34 @@ def test_slow_start_ends_where_more_rows_stop_buying_throughput() -> None:
     assert round(ended) == 40
     assert round(max(limits)) <= 80 and controller.reached <= 80
     assert 40 <= controller.limit <= 41  # then one row a round trip
+
+
+def test_no_growth_while_the_client_itself_runs_late() -> None:
+    """The event loop was held up for 0.2 s within the last round trip (0.1 s): this
+    client is its own bottleneck, so answers coming back meanwhile do not raise the
+    limit (more rows would only wait in its own queue); once it keeps up, they do."""
+    async def scenario() -> list[float]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=4)
+        await controller.requests.acquire()  # a call out: the heartbeat keeps going
+        controller.call_succeeded(0.1)
+        await asyncio.sleep(0.05)
+        time.sleep(0.2)  # the loop held up, as by a busy client
+        await asyncio.sleep(0.001)  # the late heartbeat runs first
+        limits = [controller.limit]
+        for _ in range(6):
+            controller.call_succeeded(0.1)
+        limits.append(controller.limit)
+        for _ in range(20):  # round trips, until one on time (a loaded machine can hold a test up too)
+            await asyncio.sleep(0.12)
+            controller.call_succeeded(0.1)
+            if controller.limit > limits[-1]:
+                break
+        limits.append(controller.limit)
+        return limits
+
+    before, busy, after = asyncio.run(scenario())
+    assert busy == before
+    assert after == before + 2 / 3  # 2/3 of a row per answer
 
 
 def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> None:

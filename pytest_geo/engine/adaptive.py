@@ -75,6 +75,7 @@ PIPE_GROWTH = 1.25  # slow start goes on while a round trip's calls finished gro
 FULL_PIPE_ROUNDS = 3  # round trips without that growth, the rows' limit binding: no more to gain
 PIPE_CALLS = 16  # calls a round trip must hold before a round without growth counts
 STARTUP_GAIN = 2.0  # slow start's rows stay within this many times what the best round needs
+CLIENT_BUSY = 0.25  # share of a round trip the event loop ran late: the client is saturated, no growth
 SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows would only queue
 QUEUEING = 4.0  # this many times slower: a saturated server or CPU, cut to what it serves
 QUEUE_SIGNAL = 0.01  # seconds: faster calls (the mock's) vary with the event loop's jitter, not a queue
@@ -192,6 +193,7 @@ class AdaptiveConcurrency:
         self._successes_before = 0  # successes seen until a latency after it
         self._ceiling: int | None = None  # requests in flight the server refuses above (its 429s)
         self._tested: int | None = None  # in flight the server was seen to take: the ceiling less a fresh probe
+        self._resume: float | None = None  # requests in flight after a cap's episode, growing back to the ceiling
         self._rate_episode = False  # the current 429 episode's refusals came within the ceiling
         self._episode_end = 0.0  # when the current 429 episode's pause ends (the clock)
         self._pause_end = 0.0  # when the latest pause ends (the clock): calls begun before waited in it
@@ -213,6 +215,11 @@ class AdaptiveConcurrency:
         self._apply()
 
     @property
+    def ceiling(self) -> int | None:
+        """Requests in flight the server's 429s refuse above (None: none seen)."""
+        return self._ceiling
+
+    @property
     def request_cap(self) -> int | None:
         """Requests worth keeping in flight: at the rate the server grants (Little's law:
         the refill rate its headers give, else the rate learned between its 429s) and
@@ -221,7 +228,8 @@ class AdaptiveConcurrency:
         cap = None if rate is None or self._latency is None else max(1, math.ceil(rate * self._latency - 1e-9))
         if self._ceiling is None:
             return cap  # 10.000000001 requests is 10
-        return self._ceiling if cap is None else min(cap, self._ceiling)
+        ceiling = self._ceiling if self._resume is None else max(1, min(self._ceiling, int(self._resume)))
+        return ceiling if cap is None else min(cap, ceiling)
 
     def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
         """One HTTP response (header names lower-case); for a 429, the wait for a slot
@@ -238,6 +246,10 @@ class AdaptiveConcurrency:
             return self.requests.requeue()
         if 200 <= status < 300:
             self._successes += 1
+            if self._resume is not None and self.clock() >= self._episode_end:
+                self._resume += 1 / self._resume
+                if self._ceiling is None or self._resume >= self._ceiling:
+                    self._resume = None
             if (self._last_refusal is not None and self._latency is not None
                     and self.clock() < self._last_refusal + self._latency):
                 self._successes_before += 1  # admitted before that 429: not in the next count
@@ -274,6 +286,10 @@ class AdaptiveConcurrency:
             taken = max(1, self._episode_sent - self._episode_refused)
             self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
             self._tested = self._ceiling
+            # Resume at half the ceiling, growing back a request a round trip: were it a rate
+            # after all, the refill would run dry again, and a busy client reads that 429
+            # late, after sending as many more to be refused as it has requests out.
+            self._resume = self._ceiling * CUT_ON_429
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
         """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
@@ -315,7 +331,7 @@ class AdaptiveConcurrency:
             self._tested = self._ceiling  # it held a quiet spell
             self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
             self._quiet_since = now
-        if not self._window_over() or (cap is not None and self.limit >= cap):
+        if not self._window_over() or (cap is not None and self.limit >= cap) or self._client_busy(now):
             self._apply()  # the cap moves with the latency and the rate
             return
         step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
@@ -343,6 +359,16 @@ class AdaptiveConcurrency:
                 self._cut(TRIM_ON_PRESSURE)
                 return True
         return False
+
+    def _client_busy(self, now: float) -> bool:
+        """This client is its own bottleneck: over the last round trip its event loop ran
+        late for more than CLIENT_BUSY of it. More rows would only wait in its own queue
+        (and under a rate limit, a busy client reads a 429 late, after sending dozens
+        more to be refused), so the limit does not grow meanwhile."""
+        fastest = self._fastest
+        if fastest is None or fastest < QUEUE_SIGNAL:
+            return False
+        return self._lag.since(now - fastest) > CLIENT_BUSY * fastest
 
     def _full_pipe(self, now: float) -> None:
         """Slow start's check that more rows still buy throughput (as TCP BBR's start-up
