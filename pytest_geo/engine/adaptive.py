@@ -3,21 +3,26 @@
 Providers limit requests per second and tokens per minute, not the client's CPU, and
 the limit is unknown in advance. So, as TCP does with a network's capacity:
 
-- slow start: from a modest START (16, the old fixed default), each successful call adds
-  half a row (about doubling the requests in flight per round trip) until the first sign
-  of pressure;
+- slow start: from a modest START (16, the old fixed default; 1 for a local server),
+  each successful call adds 2/3 of a row (doubling the requests in flight per round trip)
+  until the first sign of pressure, or until three round trips buy no more throughput
+  (a full pipe, as TCP BBR's start-up finds it: then twice what the best round needed);
 - then additive increase: about one row per round trip (1/limit per successful call);
+- no growth while the client's own event loop runs late (engine/loop_lag.py): it is its
+  own bottleneck then;
 - calls sent under the current limit taking twice as long as the fastest seen trim the
-  limit by a tenth, once per window, like a nearly spent budget: the server (or this
-  machine's CPU) is queueing them, and more rows in flight would only lengthen the queue;
-- calls taking four times as long: whatever serves them is saturated (a local model's
-  server answering one call at a time, or this machine's CPU), so the limit drops at once
-  to twice what it serves without queueing (its throughput times the fastest latency,
-  Little's law): a tenth a window would take minutes at 10 s a call;
+  limit by a tenth, once per window, like a nearly spent budget: the server is queueing
+  them, and more rows in flight would only lengthen the queue;
+- calls taking four times as long: the server is saturated (a local model's server
+  answering one call at a time), so the limit drops at once to twice what it serves
+  without queueing (its throughput times the fastest latency, Little's law): a tenth a
+  window would take minutes at 10 s a call. Both rules read a call's time less how late
+  the event loop ran meanwhile: a busy client's delay is its own, not the server's;
 - a 429 halves the limit, once per window (the requests in flight when it was cut
   carry no news about the new limit), and holds new requests back for the server's
   `Retry-After` (`retry-after-ms`, else `retry-after`, else the `x-ratelimit-reset-*`
-  of the exhausted limit); the refused request itself gives its slot back and queues
+  of the exhausted limit), those holding a slot but not yet sent too (Limiter.hold, in
+  the OpenAI client's request hook); the refused request itself gives its slot back and queues
   for one again (`observe` returns that wait for the HTTP hook to await before the SDK
   retries), so the SDK's retries cannot stampede the server all at once;
 - with no rate headers (a gateway that only says `Retry-After`), a 429 says either "too
@@ -27,7 +32,8 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   (or before any 429), or within a round trip of the last pause's end, it is a cap: the
   requests out when the episode began, less those it refused, are the ceiling of
   requests in flight (found at the first episode against a cap, and probed upwards by
-  one after a quiet spell that doubles with each refused probe). Refused within that
+  one after a quiet spell that doubles with each refused probe; after the pause, the
+  requests resume at half of it and grow back one a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
   episode, so the successes between the last two are the rate the server grants; the
   request limiter is capped at that rate times a call's latency, as with headers below,
