@@ -392,8 +392,12 @@ class AdaptiveConcurrency:
             self._round_start = now - self._fastest
         if now - self._round_start < self._fastest:
             return
-        rate = self._round_calls / (now - self._round_start)
+        span = now - self._round_start
+        rate = self._round_calls / span
+        held_up = self._lag.since(self._round_start) > CLIENT_BUSY * span
         self._round_start, self._round_calls = now, 0
+        if held_up:
+            return  # a round the client itself held up says nothing of the pipe
         if rate >= PIPE_GROWTH * self._pipe_rate:
             self._pipe_rate, self._flat_rounds = rate, 0
         elif self.rows.waiting and self._pipe_known():  # else too few calls to tell, or the rows ran out

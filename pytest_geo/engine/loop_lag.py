@@ -34,6 +34,7 @@ class LoopLag:
         self._times: deque[float] = deque(maxlen=HISTORY)  # when each heartbeat ran (the clock)
         self._totals: deque[float] = deque(maxlen=HISTORY)  # `late` then
         self._beating = False
+        self._due = 0.0  # the running loop's time the next heartbeat is due
 
     def watch(self) -> None:
         """Keep the heartbeat going (on the running loop, if any)."""
@@ -44,8 +45,8 @@ class LoopLag:
         except RuntimeError:
             return
         self._beating = True
-        due = loop.time() + BEAT
-        loop.call_at(due, self._beat, due)
+        self._due = loop.time() + BEAT
+        loop.call_at(self._due, self._beat, self._due)
 
     def _beat(self, due: float) -> None:
         loop = asyncio.get_running_loop()
@@ -54,12 +55,24 @@ class LoopLag:
         self._times.append(self.clock())
         self._totals.append(self.late)
         if self.busy():
-            loop.call_at(now + BEAT, self._beat, now + BEAT)
+            self._due = now + BEAT
+            loop.call_at(self._due, self._beat, self._due)
         else:
             self._beating = False
 
     def since(self, start: float) -> float:
-        """Seconds the loop ran late since `start` (the clock)."""
+        """Seconds the loop ran late since `start` (the clock), the heartbeat overdue now
+        included (a stall's end is seen before its heartbeat runs)."""
+        return self._recorded_since(start) + max(0.0, self._now() - self._due - GRACE) if self._beating else (
+            self._recorded_since(start))
+
+    def _now(self) -> float:
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:
+            return self._due
+
+    def _recorded_since(self, start: float) -> float:
         at = bisect.bisect_right(self._times, start)
         if at:
             return self.late - self._totals[at - 1]
