@@ -533,19 +533,13 @@ def test_a_fast_local_server_gets_well_past_eight_rows(
 ) -> None:
     """A loopback server answering every call in 0.5 s, as many at once as it is sent:
     auto starts at one row, as for any local server, and grows while the calls come back
-    as fast (the bound of 8 rows a local server had capped this at 24 requests), doubling
-    the requests in flight each round trip: 2, 4, 8, 16, 32, 64, so the server holds 50
-    at once before it has answered 60 (at half a row per answer, about 40)."""
+    as fast (the bound of 8 rows a local server had capped this at 24 requests)."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     fake_openai.latency = 0.5
     stats = _evaluate(fake_openai, tmp_path, 120, _local(fake_openai)).concurrency_stats()
     assert (stats.start, stats.maximum) == (1, 256)
     assert stats.reached >= 32, stats
     assert fake_openai.max_in_flight >= 32
-    # Each request arrives with the answered ones gone from the server: the requests
-    # before it, less those still in flight with it.
-    early = [r["in_flight"] for i, r in enumerate(fake_openai.requests) if i + 1 - r["in_flight"] <= 60]
-    assert max(early) >= 50, early
 
 
 def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
