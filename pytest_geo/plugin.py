@@ -67,7 +67,7 @@ from pytest_geo.pytest_layer.state import (
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.concurrency import merge_stats
-from pytest_geo.report.junit import junit_properties
+from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
@@ -313,7 +313,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record = getattr(item, "geo_record", None)
     if call.when == "call" and record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
-        item.user_properties.extend(junit_properties(record))  # on the teardown report, read by --junitxml
+        if writes_junit(item.config):  # on the teardown report, read by --junitxml (a worker's: by its controller's)
+            item.user_properties.extend(junit_properties(record))
         item.geo_record = None  # type: ignore[attr-defined]  # the report has it; items live to the end of the session
     return report
 
@@ -397,8 +398,10 @@ class GeoXdistHooks:
         self.checked = False
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Every worker spends from the controller's one budget ledger."""
+        """Every worker spends from the controller's one budget ledger, and learns whether
+        the controller writes a JUnit XML file (its rows' properties travel on their reports)."""
         pass_ledger(self.config, node.workerinput)
+        pass_junit(self.config, node.workerinput)
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller collects nothing: the first worker's ids name the suites."""

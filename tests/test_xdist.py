@@ -130,3 +130,34 @@ def test_plugin_works_without_xdist(geo_project: pytest.Pytester, monkeypatch: p
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["- data/smoke.jsonl::rank_improvement: 2.0000*", "*8 passed*"])
     assert junit_properties(geo_project.path / "j.xml")["data.smoke.jsonl::q3"]["rank_improvement"] == "2"
+
+
+PROPERTIES_CONFTEST = '''
+import json
+
+SEEN = {}
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        SEEN[report.nodeid] = [list(p) for p in report.user_properties]
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, or a single process
+        (session.config.rootpath / "properties.json").write_text(json.dumps(SEEN))
+'''
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_project: pytest.Pytester,
+                                                                       workers: str) -> None:
+    geo_project.makeconftest(PROPERTIES_CONFTEST)
+    seen = {}
+    for junit in ([], ["--junitxml", "j.xml"]):
+        result = geo_project.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "data/smoke.jsonl",
+                                                  "--geo-mock", *junit)
+        result.assert_outcomes(passed=8)
+        seen[bool(junit)] = json.loads((geo_project.path / "properties.json").read_text())
+    assert seen[False]["data/smoke.jsonl::q2"] == []
+    assert seen[True]["data/smoke.jsonl::q2"] == [
+        ["score", 2.0], ["rank_before", 3], ["rank_after", 1], ["rank_improvement", 2], ["feedback", "rank 3 -> 1"]]
+    assert junit_properties(geo_project.path / "j.xml")["data.smoke.jsonl::q2"]["rank_after"] == "1"
