@@ -108,8 +108,17 @@ def propose(context: Mapping[str, Any]) -> dict[str, str]:
     return {"new_prompt": f"{current.rstrip()}\n{addition}\n", "rationale": f"mock: {addition}"}
 
 
-def _tokens(text: str) -> int:
-    return len(text.split())
+# ASCII text as bytes: whitespace (what str.split() splits on) to a space, the rest to "x".
+_SPACE_OR_WORD = bytes(32 if chr(i).isspace() else 120 for i in range(256))
+
+
+def word_count(text: str) -> int:
+    """The mock's token count: `len(text.split())`, without building the list of words
+    (each prompt is counted on every call). ASCII text is counted as the words' starts
+    (a space then an "x" once every character is mapped to one of the two)."""
+    if not text.isascii():
+        return len(text.split())
+    return (" " + text).encode("ascii").translate(_SPACE_OR_WORD).count(b" x")
 
 
 class MockClient:
@@ -119,8 +128,8 @@ class MockClient:
         context = request.context
         if request.role == "procedure":  # a prompt procedure: the mock echoes its input
             text = str(context.get("input", ""))
-            prompt = sum(_tokens(m.get("content", "")) for m in request.messages)
-            return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=_tokens(text))
+            prompt = sum(word_count(m.get("content", "")) for m in request.messages)
+            return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=word_count(text))
         if request.role == "ranker":
             answer: dict[str, Any] = {"ordered_ids": ranker_order(context)}
         elif request.role == "rewriter":
@@ -128,8 +137,8 @@ class MockClient:
         else:
             answer = propose(context)
         text = json.dumps(answer, ensure_ascii=False)
-        prompt = sum(_tokens(m.get("content", "")) for m in request.messages)
-        return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=_tokens(text))
+        prompt = sum(word_count(m.get("content", "")) for m in request.messages)
+        return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=word_count(text))
 
     async def aclose(self) -> None:
         return None
