@@ -141,6 +141,8 @@ MALFORMED = [
     (json.dumps({**ROW, "candidates": [{"id": "a", "title": "x"}, ROW["candidates"][1]]}),
      "rows.jsonl:2: candidates[0]: 'description' is a required property"),
     (json.dumps({**ROW, "query": 7}), "rows.jsonl:2: query: expected string, got int 7"),
+    ("\ufeff\ufeff" + json.dumps(ROW),  # one byte order mark is read past, a second is not
+     "rows.jsonl:2: invalid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1"),
 ]
 
 

@@ -186,6 +186,18 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# One decoder for every line: `json.loads(text, object_pairs_hook=...)` builds a new one
+# (and its scanner) per call.
+_ROW_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _loads_row(text: str) -> Any:
+    """`json.loads(text, object_pairs_hook=_unique_keys)`, with its one check of its own."""
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _ROW_DECODER.decode(text)
+
+
 def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]) -> DatasetLine | None:
     """One physical line -> a row, a problem, or None for a blank line; `choose` draws a
     missing target's index (called for every JSON line the harness draws for, valid or not)."""
@@ -197,7 +209,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
     if not text.strip():
         return None
     try:
-        obj: Any = json.loads(text, object_pairs_hook=_unique_keys)
+        obj: Any = _loads_row(text)
     except DuplicateKey as exc:
         return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
     except json.JSONDecodeError as exc:
