@@ -64,7 +64,7 @@ def ranker_order(context: Mapping[str, Any]) -> list[str]:
     for index, c in enumerate(candidates):
         seen = seen_description(str(c.get("description", "")), last=index == last)
         keys.append((MARKER in seen.lower(), len(seen), str(c.get("id"))))
-    return [keys[i][2] for i in sorted(range(len(keys)), key=keys.__getitem__, reverse=True)]
+    return [key[2] for key in sorted(keys, reverse=True)]  # keys that tie are equal, ids included
 
 
 def rewrite(context: Mapping[str, Any]) -> str:
