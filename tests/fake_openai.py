@@ -262,7 +262,6 @@ class FakeOpenAI(ThreadingHTTPServer):
     def _leave(self) -> None:
         with self.lock:
             self.in_flight -= 1
-            self.last_answer_at = time.time()
 
     def _answered(self) -> None:
         """An admitted request's answer is ready: rate-limit mode's cap no longer counts it."""
@@ -616,6 +615,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_bytes(self, status: int, data: bytes, headers: dict[str, str] | None = None,
                     content_type: str = "application/octet-stream") -> None:
+        if self.path.split("?")[0].rstrip("/").endswith("chat/completions"):
+            # stamped before the bytes go: once they are out the client may return first
+            self.server.last_answer_at = time.time()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
