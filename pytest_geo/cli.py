@@ -385,8 +385,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
                     print(json.dumps(verbose_line(outcome)))
     finally:
         geo.close()
-    if not settings.mock and geo.usage_table():  # the mock has no rate limits; no call, no concurrency to tell
-        print(stats_line(geo.concurrency_stats().as_json()), file=sys.stderr)
+    if not settings.mock and (stats := geo.concurrency_told()) is not None:  # the mock has no rate limits
+        print(stats_line(stats), file=sys.stderr)
     usage = results.usage = geo.usage_table()
     results.request_changes = geo.request_changes()
     results.budget = budget_status(settings)

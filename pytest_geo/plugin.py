@@ -369,8 +369,8 @@ class GeoCollector:
         if geo is not None:
             geo.close()
             merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
-            if geo.usage_table():  # no call made (collection failed, every row skipped): no concurrency to tell
-                self.results.concurrency = merge_stats(self.results.concurrency, geo.concurrency_stats().as_json())
+            if (stats := geo.concurrency_told()) is not None:
+                self.results.concurrency = merge_stats(self.results.concurrency, stats)
             merge_lessons(self.results.request_changes, geo.request_changes())
         run = sequential_run(self.config)
         if run is not None:

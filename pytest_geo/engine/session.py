@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 from collections.abc import Awaitable, Iterable
+from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, RowKey
 from pytest_geo.engine.adaptive import ConcurrencyStats
@@ -169,6 +170,11 @@ class GeoSession:
     def concurrency_stats(self) -> ConcurrencyStats:
         """The concurrency reached and the 429s seen. Read it after `close`."""
         return self.concurrency.stats()
+
+    def concurrency_told(self) -> dict[str, Any] | None:
+        """`concurrency_stats` as the reports tell them; None when no model call was made
+        (a failed collection, every row skipped): there is no concurrency to tell."""
+        return self.concurrency.stats().as_json() if self.usage_table() else None
 
     def cancel(self, row: GeoRow) -> None:
         """Drop a scheduled row that is no longer needed (--geo-sequential); one already
