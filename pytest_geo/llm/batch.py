@@ -38,7 +38,6 @@ from typing import Any
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
-from pytest_geo.llm.openai_client import MAX_REFUSAL
 from pytest_geo.llm.profiles import Refusal, sent_body
 
 # Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
@@ -199,8 +198,9 @@ class BatchClient:
         return text
 
     def _parse(self, text: str, batch_id: str) -> dict[str, Outcome]:
-        scrub: Callable[..., str] = self.backend.scrub  # (text, limit=its default)
+        scrub: Callable[[str], str] = self.backend.scrub
         redact: Callable[[str], str] = self.backend.redact
+        refusal: Callable[[object], Refusal] = self.backend.refusal
         found: dict[str, Outcome] = {}
         for raw in text.splitlines():
             try:
@@ -208,7 +208,7 @@ class BatchClient:
                 key = line["custom_id"]
             except (ValueError, KeyError, TypeError):
                 continue
-            found[key] = _outcome(line, batch_id, scrub, redact)
+            found[key] = _outcome(line, batch_id, scrub, redact, refusal)
         return found
 
     # Batch ids on disk, so an interrupted run resumes instead of paying twice.
@@ -251,8 +251,8 @@ class BatchClient:
         await self.backend.aclose()
 
 
-def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[..., str],
-             redact: Callable[[str], str]) -> Outcome:
+def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
+             redact: Callable[[str], str], refusal: Callable[[object], Refusal]) -> Outcome:
     """One output or error line: the answer (redacted as a live one is), a refusal, or
     why there is none."""
     error = line.get("error")
@@ -266,8 +266,7 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[..., str],
         detail = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else None
         why = f"batch {batch_id}: HTTP {status}" + (f" ({scrub(str(detail))})" if detail else "")
         if status == 400:
-            refusal = Refusal.from_body(body)
-            return Refused(why, Refusal(scrub(refusal.message, MAX_REFUSAL), refusal.param, refusal.code))
+            return Refused(why, refusal(body))
         return why
     try:
         choice = body["choices"][0]

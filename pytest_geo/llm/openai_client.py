@@ -136,9 +136,7 @@ class OpenAIChatClient:
             retries = _retries(attempts)
             failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
             if isinstance(exc, openai.APIStatusError) and exc.status_code == 400:
-                refusal = Refusal.from_body(exc.body)
-                scrubbed = Refusal(self.scrub(refusal.message, MAX_REFUSAL), refusal.param, refusal.code)
-                raise RequestRefused(failure, scrubbed, retries=retries) from None
+                raise RequestRefused(failure, self.refusal(exc.body), retries=retries) from None
             raise ModelError(failure, retries=retries, fatal=_fatal(exc), transport=_transport(exc)) from None
         finally:
             try:
@@ -214,6 +212,12 @@ class OpenAIChatClient:
         form, as in `redact`), shortened."""
         flat = " ".join(redaction.redact(text, self._secret, KEY_LIKE).split())
         return shorten(flat, limit)
+
+    def refusal(self, body: object) -> Refusal:
+        """A 400's error object (a direct call's, or a batch line's), its message scrubbed
+        as an error message's, kept long enough to read the parameter it names."""
+        refusal = Refusal.from_body(body)
+        return Refusal(self.scrub(refusal.message, MAX_REFUSAL), refusal.param, refusal.code)
 
     async def aclose(self) -> None:
         await self._client.close()
