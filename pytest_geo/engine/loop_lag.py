@@ -63,8 +63,10 @@ class LoopLag:
     def since(self, start: float) -> float:
         """Seconds the loop ran late since `start` (the clock), the heartbeat overdue now
         included (a stall's end is seen before its heartbeat runs)."""
-        return self._recorded_since(start) + max(0.0, self._now() - self._due - GRACE) if self._beating else (
-            self._recorded_since(start))
+        recorded = self._recorded_since(start)
+        if not self._beating:
+            return recorded
+        return recorded + max(0.0, self._now() - self._due - GRACE)
 
     def _now(self) -> float:
         try:
