@@ -285,6 +285,15 @@ def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
     assert asyncio.run(scenario()) == [(9, 4), (8, 4), (8, 1)]
 
 
+def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
+    """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
+    loop); the wait it hands the refused request is dropped."""
+    controller.requests.in_use = in_flight
+    wait = controller.observe(429, {"retry-after": "1"})
+    assert wait is not None
+    asyncio.ensure_future(wait).cancel()
+
+
 def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back() -> None:
     """Refused with 9 requests out, 1 of them: a ceiling of 8. Were it a rate after all,
     8 at once would drain its refill again, so the requests resume at 4 once the pause
@@ -295,10 +304,7 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
     async def scenario() -> list[int | None]:
         controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
         controller.call_succeeded(0.1)
-        controller.requests.in_use = 9
-        wait = controller.observe(429, {"retry-after": "1"})
-        assert wait is not None
-        asyncio.ensure_future(wait).cancel()
+        _refused_with(controller, 9)
         caps = [controller.request_cap]
         controller.observe(200, {})  # during the pause: no growth
         caps.append(controller.request_cap)
@@ -318,10 +324,7 @@ def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None
     async def scenario() -> list[int | None]:
         controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
         controller.call_succeeded(0.1)
-        controller.requests.in_use = 7
-        wait = controller.observe(429, {"retry-after": "1"})
-        assert wait is not None
-        asyncio.ensure_future(wait).cancel()
+        _refused_with(controller, 7)
         caps = [controller.ceiling]
         for seconds in (14.0, 1.5, 15.0):
             clock.now += seconds
