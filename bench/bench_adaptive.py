@@ -22,14 +22,26 @@ Trials alternate the cases, so a busy spell of the shared machine hits each. Eac
 a fresh server process (a fresh token bucket), off the client's GIL. Engine path as the
 plugin's (`GeoSession`, a hosted server's start: 16 rows), the real `openai` SDK, no cache.
 
+`--trace` prints, after each limited auto run, the controller's DEBUG trace
+(engine/adaptive.py's `trace` logger: each 429 episode's first refusal with the requests in
+flight, its verdict, rate or cap, and the ceiling, resume level and granted rate it left;
+each granted rate learned; the limits as they move) beside the server's bursts of 429s on
+the same clock: how long the client took to read each burst's first 429, and how many
+refusals each episode drew.
+
     python bench/bench_adaptive.py [--trials 5] [--calls 900] [--rate 100] [--max-in-flight 100] [--cap 8] [--latency 0.1]
+                                   [--trace]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import contextlib
 import json
+import logging
 import os
+import re
 import statistics
 import tempfile
 import urllib.request
@@ -40,12 +52,71 @@ from typing import Any
 from common import PROMPTS, fake_server, kettle_rows, timed_evaluate  # the same rows as bench_concurrency.py
 
 from pytest_geo.data.dataset import GeoRow
+from pytest_geo.engine import adaptive
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.settings import Settings
 
 CALLS_PER_ROW = 3
 RATE_TARGET = 0.90
 REFUSED_TARGET = 0.05
+EPISODE_GAP = 0.5  # seconds between the server's refusals that start another burst of them
+_AT = re.compile(r" at (\d+\.\d+)")
+
+
+class Trace(logging.Handler):
+    """The controller's DEBUG lines (engine/adaptive.py's `trace`) of one run, kept in order."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> Trace:
+        adaptive.trace.addHandler(self)
+        adaptive.trace.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        adaptive.trace.removeHandler(self)
+        adaptive.trace.setLevel(logging.NOTSET)
+
+    def report(self, served: dict[str, Any]) -> None:
+        """The client's episodes and limits beside the server's bursts of refusals, on one
+        clock (time.monotonic is the machine's), from the controller's start: for each
+        burst, how long the client took to read its first 429 and how many requests the
+        server had taken in the second before it; for each episode, the refusals it drew."""
+        timed = [(float(m.group(1)), line) for line in self.lines for m in [_AT.search(line)] if m]
+        if not timed:
+            return
+        start = timed[0][0]  # the controller's first limits
+        read = sorted(at for at, line in timed if line.startswith("429"))
+        arrived, bursts = sorted(served["arrived_at"]), _bursts(sorted(served["refused_at"]))
+        for number, burst in enumerate(bursts, 1):
+            after = bisect.bisect_left(read, burst[0])
+            seen = f"{(read[after] - burst[0]) * 1000:.0f} ms later" if after < len(read) else "never"
+            before = bisect.bisect_left(arrived, burst[0]) - bisect.bisect_left(arrived, burst[0] - 1.0)
+            print(f"    server burst {number} at +{burst[0] - start:.3f}s: {len(burst)} refused over "
+                  f"{(burst[-1] - burst[0]) * 1000:.0f} ms; the client read its first 429 {seen}; "
+                  f"{before} requests arrived in the second before it")
+        refusals = [int(m.group(1)) for line in self.lines for m in [re.search(r"episode (\d+), refusal", line)] if m]
+        for line in self.lines:
+            if ", refusal 1," in line or not line.startswith("429"):
+                episode = re.search(r"episode (\d+)", line)
+                drew = f" [{refusals.count(int(episode.group(1)))} refusals]" if episode else ""
+                print("    " + _AT.sub(lambda m: f" at +{float(m.group(1)) - start:.3f}s", line, count=1) + drew)
+
+
+def _bursts(refused: list[float]) -> list[list[float]]:
+    """The server's refusals in bursts: a gap of EPISODE_GAP seconds starts another."""
+    bursts: list[list[float]] = []
+    for at in refused:
+        if bursts and at - bursts[-1][-1] < EPISODE_GAP:
+            bursts[-1].append(at)
+        else:
+            bursts.append([at])
+    return bursts
 
 
 def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, dict[str, Any], dict[str, Any]]:
@@ -71,10 +142,12 @@ class Case:
     cap: int = 0  # the in-flight cap case's cap (0: a rate limit)
 
 
-def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: int | str) -> tuple[float, float]:
+def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: int | str,
+                trace: bool = False) -> tuple[float, float]:
     with fake_server(latency, *case.server) as url:
         run(url, batch[:4], 4)  # warm up imports and connections (4 requests: within every limit)
-        wall, stats, served = run(url, batch, concurrency)
+        with Trace() if trace else contextlib.nullcontext() as traced:
+            wall, stats, served = run(url, batch, concurrency)
     calls = len(batch) * CALLS_PER_ROW
     share, refused = calls / wall / case.allowed, served["rate_limited"] / max(1, served["requests"])
     occupancy = f", occupancy {served['busy_seconds'] / wall / case.cap:.0%} of the cap" if case.cap else ""
@@ -82,6 +155,8 @@ def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: in
           f"{share:.0%} of {case.allowed:g}/s, 429s {served['rate_limited']} of {served['requests']} requests = "
           f"{refused:.1%}, rows in flight reached {stats['reached']}, ended at {stats['limit']}; "
           f"server saw at most {served['max_in_flight']} in flight{occupancy}; load {os.getloadavg()[0]:.1f}")
+    if traced is not None:
+        traced.report(served)
     return share, refused
 
 
@@ -106,6 +181,8 @@ def main() -> None:
     parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency run once beside auto (0: none)")
     parser.add_argument("--unlimited-rows", type=int, default=400, help="rows of the no-limit comparison (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="unlimited runs of each; the medians count")
+    parser.add_argument("--trace", action="store_true",
+                        help="print each limited auto run's 429 episodes, limits and the server's bursts of 429s")
     args = parser.parse_args()
     limits = ["--rate", str(args.rate), "--max-in-flight", str(args.max_in_flight)]
     retry_after = ["--rate-headers", "retry-after"]
@@ -125,7 +202,7 @@ def main() -> None:
         for trial in range(args.trials):
             print(f"trial {trial + 1} of {args.trials}")
             for case in cases:
-                share, refused = limited_run(case, args.latency, batch, "auto")
+                share, refused = limited_run(case, args.latency, batch, "auto", args.trace)
                 case.rates.append(share)
                 case.refused.append(refused)
         if args.fixed:

@@ -505,7 +505,9 @@ class _Handler(BaseHTTPRequestHandler):
                          "rate_limited": limit.refused if limit is not None else 0,
                          "busy_seconds": limit.busy if limit is not None else 0.0, **self.server.billed,
                          "first_request_at": self.server.first_request_at,
-                         "last_answer_at": self.server.last_answer_at}
+                         "last_answer_at": self.server.last_answer_at,
+                         # time.monotonic(), which a process on the same machine shares: a trace's timeline
+                         "arrived_at": [r["at"] for r in self.server.requests], "refused_at": self.server.refused_at}
             self._send(200, stats)
         else:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import re
 import statistics
@@ -316,6 +317,29 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
         return caps
 
     assert asyncio.run(scenario()) == [4, 4, 5, 6, 7, 8]
+
+
+def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.LogCaptureFixture) -> None:
+    """The `pytest_geo.engine.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
+    episode's first 429 with its verdict and what it left, a later one in the same
+    pause with its number, and the limits as they move."""
+    clock = FakeClock()
+
+    async def scenario() -> None:
+        controller = AdaptiveConcurrency(Limiter(16), Limiter(32), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 9)
+        clock.now += 0.001
+        _refused_with(controller, 8)
+
+    with caplog.at_level(logging.DEBUG, logger="pytest_geo.engine.adaptive"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("429")] == [
+        "429 at 100.000: episode 1, refusal 1, 9 requests in flight; a cap, pause 1.00s, ceiling 8, resume 4.0, "
+        "granted none, latency 100 ms",
+        "429 at 100.001: episode 1, refusal 2, 8 requests in flight",
+    ]
+    assert "limits at 100.000: 8 rows, 4 requests in flight" in caplog.messages
 
 
 def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None:

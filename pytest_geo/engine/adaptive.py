@@ -60,6 +60,7 @@ Everything runs on the runner's one event loop, so no lock."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 import time
@@ -96,6 +97,9 @@ DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
 BATCH_ROWS = 1_000_000  # no bound: under --geo-batch a row waits for its round, not a slot
 REQUESTS_PER_ROW = 2  # rank_before and the rewrite overlap; rank_after follows them
+# DEBUG lines: each 429 (an episode's first with its verdict), each rate learned, the
+# limits as they move; `bench/bench_adaptive.py --trace` prints them beside the server's side.
+trace = logging.getLogger(__name__)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -218,6 +222,8 @@ class AdaptiveConcurrency:
         self._flat_rounds = 0  # round trips since, with the rows' limit binding
         self._cut_at = 0.0  # when the limit was last cut (the clock)
         self._settled_at = 0.0  # when that cut's window closed: calls sent since ran under it
+        self._episodes = 0  # 429 episodes so far (the trace numbers them)
+        self._applied = (0, 0)  # the rows' and requests' limits last set (the trace tells changes)
         self._apply()
 
     @property
@@ -286,6 +292,9 @@ class AdaptiveConcurrency:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
             self._learn_granted_rate(learn=self._rate_episode)
         self._episode_refused += 1
+        first = self._episode_refused == 1
+        if first:
+            self._episodes += 1
         if not self._rate_episode:
             # The requests out when the episode began, less those it refused, were taken (counted
             # so, not by the requests still out: a busy client reads some answers meanwhile).
@@ -296,6 +305,17 @@ class AdaptiveConcurrency:
             # after all, the refill would run dry again, and a busy client reads that 429
             # late, after sending as many more to be refused as it has requests out.
             self._resume = self._ceiling * CUT_ON_429
+        if trace.isEnabledFor(logging.DEBUG):
+            trace.debug("429 at %.3f: episode %d, refusal %d, %d requests in flight%s", now, self._episodes,
+                        self._episode_refused, in_flight, self._verdict() if first else "")
+
+    def _verdict(self) -> str:
+        """An episode's classification and what it left the controller with, for the trace."""
+        granted = "none" if self._granted is None else f"{self._granted:.1f}/s"
+        latency = "none" if self._latency is None else f"{self._latency * 1000:.0f} ms"
+        resume = "none" if self._resume is None else f"{self._resume:.1f}"
+        return (f"; a {'rate' if self._rate_episode else 'cap'}, pause {self._episode_end - self.clock():.2f}s, "
+                f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}")
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
         """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
@@ -313,6 +333,8 @@ class AdaptiveConcurrency:
 
     def _learn_rate(self, successes_before: int, seconds: float) -> None:
         self._granted = (self._successes - successes_before) / seconds
+        trace.debug("granted rate at %.3f: %.1f requests/s (%d successes in %.3fs)", self.clock(), self._granted,
+                    self._successes - successes_before, seconds)
         self._apply()
 
     def call_succeeded(self, seconds: float) -> None:
@@ -459,6 +481,10 @@ class AdaptiveConcurrency:
         self.reached = max(self.reached, rows)
         self.rows.resize(rows)
         self.requests.resize(REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap))
+        applied = (rows, self.requests.limit)
+        if applied != self._applied:
+            self._applied = applied
+            trace.debug("limits at %.3f: %d rows, %d requests in flight", self.clock(), *applied)
 
     def stats(self) -> ConcurrencyStats:
         return ConcurrencyStats("auto", int(self.limit), self.reached, self.rate_limited, self.maximum, self.start)
