@@ -555,6 +555,25 @@ def test_auto_finds_a_cap_on_requests_in_flight_not_a_rate_below_it(
     assert session.concurrency_stats().rate_limited == len(refused)
 
 
+def test_slow_start_grows_the_requests_in_flight_by_half_a_round_trip(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hosted API's start, 16 rows: the first round trip sends 32 requests (each row's
+    ranking and rewrite at once). Past 16 rows each answer adds a third of a row (11
+    rows for 32), so the second round trip holds 16 last rankings and 20 new rows' first
+    two calls: 36 requests, within half again the first round's (48). Doubling, as it did
+    past 16 rows before, sent 58: a client that doubles there runs into its own CPU's
+    limit within a few round trips, where it reads a rate limit's first 429 tens of
+    milliseconds late. The engine's path, real SDK."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    fake_openai.latency = 0.3
+    _evaluate(fake_openai, tmp_path, 60, Settings(prompts_dir=PROMPTS, base_url=fake_openai.url, use_cache=False))
+    first = min(r["at"] for r in fake_openai.requests)
+    rounds = [max((r["in_flight"] for r in fake_openai.requests if start <= r["at"] - first < start + 0.25),
+                  default=0) for start in (0.0, 0.3)]
+    assert rounds[0] == 32 and rounds[1] <= 48, rounds
+
+
 def test_a_fast_local_server_gets_well_past_eight_rows(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,8 +5,14 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
 
 - slow start: from a modest START (16, the old fixed default; 1 for a local server),
   each successful call adds 2/3 of a row (doubling the requests in flight per round trip)
-  until the first sign of pressure, or until three round trips buy no more throughput
-  (a full pipe, as TCP BBR's start-up finds it: then twice what the best round needed);
+  up to START rows, and 1/3 of a row beyond (half again per round trip), until the first
+  sign of pressure, or until three round trips buy no more throughput (a full pipe, as
+  TCP BBR's start-up finds it: then twice what the best round needed). START is where a
+  hosted run opens; past it the limit is unknown, and overshooting a rate limit that says
+  nothing before its first 429 costs every request sent until that 429 is read: a client
+  that doubles there reaches its own CPU's limit within a few round trips, where it reads
+  the 429 tens of milliseconds late, with dozens more sent (and connections opened for
+  them) meanwhile;
 - then additive increase: about one row per round trip (1/limit per successful call);
 - no growth while the client's own event loop runs late (engine/loop_lag.py): it is its
   own bottleneck then;
@@ -76,8 +82,9 @@ from pytest_geo.settings import DEFAULT_CONCURRENCY
 START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
 MEAN_REQUESTS_PER_ROW = 1.5  # a GEO row's three calls take two round trips (two at once, then one)
 # Rows per successful call while no pressure was seen: 2/3 of a row per answer doubles
-# the requests in flight a round trip.
+# the requests in flight a round trip; past START rows, half that: half again a round trip.
 SLOW_START_STEP = 1 / MEAN_REQUESTS_PER_ROW
+PROBING_STEP = SLOW_START_STEP / 2
 PIPE_GROWTH = 1.25  # slow start goes on while a round trip's calls finished grow by a quarter
 FULL_PIPE_ROUNDS = 3  # round trips without that growth, the rows' limit binding: no more to gain
 PIPE_CALLS = 16  # calls a round trip must hold before a round without growth counts
@@ -362,7 +369,10 @@ class AdaptiveConcurrency:
         if not self._window_over() or (cap is not None and self.limit >= cap) or self._client_busy(now):
             self._apply()  # the cap moves with the latency and the rate
             return
-        step = SLOW_START_STEP if self.slow_start else 1.0 / self.limit
+        if not self.slow_start:
+            step = 1.0 / self.limit
+        else:  # doubling up to where a hosted run opens, half again a round trip past it
+            step = SLOW_START_STEP if self.limit < START else PROBING_STEP
         bound = min(self.maximum, STARTUP_GAIN * self._pipe_rows()) if self._pipe_known() else self.maximum
         if self.limit < bound:
             self.limit = min(float(bound), self.limit + step)
