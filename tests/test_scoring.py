@@ -6,6 +6,9 @@ import math
 
 import pytest
 
+from pytest_geo.data.dataset import Candidate, GeoRow
+from pytest_geo.engine.experiment import GeoEngine
+from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
 
 
@@ -76,7 +79,7 @@ def test_a_failed_ranking_cancels_the_rows_rewrite() -> None:
     from pytest_geo.data.dataset import Candidate, GeoRow
     from pytest_geo.engine.experiment import GeoEngine
     from pytest_geo.engine.prompts import load_prompts
-    from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+    from pytest_geo.llm.base import ModelError
 
     events: list[str] = []
 
@@ -103,3 +106,73 @@ def test_a_failed_ranking_cancels_the_rows_rewrite() -> None:
         return outcome.error, list(events)  # seen as the row ends, before the loop closes
 
     assert asyncio.run(run()) == ("ranker down", ["rewrite cancelled"])
+
+
+class _Stalling:
+    """A client whose `failing` role fails after a step and whose other role never
+    answers, recording the cancellation of the one that hangs."""
+
+    def __init__(self, failing: set[str], events: list[str]) -> None:
+        self.failing = failing
+        self.events = events
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        import asyncio
+
+        from pytest_geo.llm.base import ModelError
+
+        role = request.role
+        if role in self.failing:
+            await asyncio.sleep(0)
+            raise ModelError(f"{role} down")
+        try:
+            await asyncio.Event().wait()  # never answers
+        except asyncio.CancelledError:
+            self.events.append(f"{role} cancelled")
+            raise
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _stalling_engine(failing: set[str], events: list[str]) -> tuple[GeoEngine, GeoRow]:
+    from conftest import PROMPTS
+    from pytest_geo.engine.prompts import load_prompts
+
+    row = GeoRow("d.jsonl", 1, "red kettle", (Candidate("a", "A", "a"), Candidate("b", "B", "b")), "b", "q1")
+    return GeoEngine(load_prompts(PROMPTS), _Stalling(failing, events), {"ranker": "m", "rewriter": "m"}), row
+
+
+def test_a_failed_rewrite_cancels_the_rows_ranking() -> None:
+    """The other way round: the rewrite fails for good while rank_before waits on the
+    model; the ranking is cancelled and the rewrite's error is the row's."""
+    import asyncio
+
+    events: list[str] = []
+    engine, row = _stalling_engine({"rewriter"}, events)
+
+    async def run() -> tuple[str | None, list[str]]:
+        outcome = await asyncio.wait_for(engine.run(row), timeout=10)
+        return outcome.error, list(events)
+
+    assert asyncio.run(run()) == ("rewriter down", ["ranker cancelled"])
+
+
+def test_a_cancelled_row_cancels_both_steps() -> None:
+    """-x, Ctrl-C, a row no longer needed: rank_before and the rewrite both stop, and the
+    row ends cancelled (not with an error)."""
+    import asyncio
+
+    events: list[str] = []
+    engine, row = _stalling_engine(set(), events)
+
+    async def run() -> tuple[bool, list[str]]:
+        task = asyncio.ensure_future(engine.run(row))
+        for _ in range(5):
+            await asyncio.sleep(0)  # both steps are waiting on the model
+        task.cancel()
+        done, _ = await asyncio.wait((task,), timeout=10)
+        return task in done and task.cancelled(), sorted(events)
+
+    assert asyncio.run(run()) == (True, ["ranker cancelled", "rewriter cancelled"])

@@ -294,23 +294,40 @@ class GeoEngine:
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Both at once. When one fails the other is cancelled: `asyncio.gather` would leave
-    it running, still sending calls (and retries) for a row that has already failed."""
-    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    """Both at once: `first` in a task of its own, `second` in the caller's task (one task
+    and no `asyncio.wait` a row: on the mock those cost more than a model call). When one
+    fails the other is cancelled: `asyncio.gather` would leave it running, still sending
+    calls (and retries) for a row that has already failed. When both fail, `first`'s
+    error is raised."""
+    this = asyncio.current_task()
+    if this is None:
+        raise RuntimeError("together() runs inside a task")
+    one = asyncio.ensure_future(first)
+    second_running = True
+    stopped = False
+
+    def stop_second(task: asyncio.Future[A]) -> None:  # `first` failed while `second` runs here
+        nonlocal stopped
+        if second_running and not task.cancelled() and task.exception() is not None:
+            stopped = True
+            this.cancel()
+
+    one.add_done_callback(stop_second)
     try:
-        await asyncio.wait((one, two), return_when=asyncio.FIRST_EXCEPTION)
-    finally:  # also when this row is cancelled itself
-        pending = [task for task in (one, two) if not task.done()]
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
-    # Every error is retrieved (asyncio logs one left unread); the first one's is raised.
-    errors = [task.exception() for task in (one, two) if not task.cancelled()]
-    for error in errors:
-        if error is not None:
-            raise error
-    return one.result(), two.result()
+        two = await second
+    except BaseException as exc:
+        second_running = False
+        # Cancelled by stop_second alone (not the row itself): `first` failed, and its error is the row's.
+        ours = stopped and this.uncancel() == 0
+        if not one.done():
+            one.cancel()
+        await asyncio.wait((one,))
+        error = None if one.cancelled() else one.exception()  # retrieved either way: asyncio logs one left unread
+        if error is not None and (ours or not isinstance(exc, asyncio.CancelledError)):
+            raise error from None
+        raise
+    second_running = False
+    return await one, two
 
 
 def fact_violations(row: GeoRow, rewritten: str) -> tuple[str, ...]:
