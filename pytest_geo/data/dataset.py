@@ -8,6 +8,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
@@ -76,7 +77,8 @@ class GeoRow:
     def unpacked(cls, data: bytes) -> GeoRow:
         path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
         texts = iter(flat)  # read three at a time: id, title, description
-        candidates = tuple(map(Candidate._make, zip(texts, texts, texts, strict=True)))
+        # `Candidate._make` without its Python frame per candidate (the main thread pays it every row)
+        candidates = tuple(map(tuple.__new__, repeat(Candidate), zip(texts, texts, texts, strict=True)))
         return cls(path, line, query, candidates, target_id, query_id, chosen, variant)
 
 
