@@ -197,13 +197,15 @@ class Runner:
     def _start(self, make: Callable[[], Awaitable[Any]], future: concurrent.futures.Future[Any]) -> None:
         task = self._loop.create_task(self._bounded(make, future))
         self._started += 1
-        task.add_done_callback(functools.partial(_copy_outcome, future))
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(functools.partial(self._task_done, future))  # one callback a row, not two
         future.add_done_callback(functools.partial(self._cancel_task, task))
 
-    def _task_done(self, _: asyncio.Task[Any]) -> None:
-        self._started -= 1
-        self._start_more()
+    def _task_done(self, future: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+        try:
+            _copy_outcome(future, task)
+        finally:
+            self._started -= 1
+            self._start_more()
 
     async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> T:
         async with self.slots:

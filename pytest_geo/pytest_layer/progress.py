@@ -59,5 +59,7 @@ class PluginProgress:
 
     def wait_for(self, row: GeoRow) -> None:
         future = self.geo.scheduled(row)
-        if future is not None:  # a row scheduled later (a --geo-sequential round) is waited for by the item
+        # A row scheduled later (a --geo-sequential round) is waited for by the item; a
+        # finished one (the common case: rows run ahead) is not waited for at all.
+        if future is not None and not future.done():
             self.display.wait(self.geo.needed(row), lambda: status_text(self.geo.progress(self.selected)))
