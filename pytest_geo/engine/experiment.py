@@ -287,10 +287,11 @@ class GeoEngine:
             raise
         except Exception as exc:  # a row's failure never stops the others
             error, not_run = one_line(exc), isinstance(exc, ServerUnusable)
-        # Copies: a call still in flight when its sibling failed must not change the record later.
+        calls = (*before_calls, *rewrite_calls, *after_calls)
+        if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
+            calls = tuple(ModelCall(**c) for c in calls)
         return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
-                          fact_violations=violations, not_run=not_run,
-                          calls=tuple(ModelCall(**c) for c in (*before_calls, *rewrite_calls, *after_calls)))
+                          fact_violations=violations, not_run=not_run, calls=calls)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
