@@ -112,9 +112,10 @@ class _Stalling:
     """A client whose `failing` role fails after a step and whose other role never
     answers, recording the cancellation of the one that hangs."""
 
-    def __init__(self, failing: set[str], events: list[str]) -> None:
+    def __init__(self, failing: set[str], events: list[str], at_once: bool = False) -> None:
         self.failing = failing
         self.events = events
+        self.at_once = at_once  # fail without waiting (a breaker that has tripped)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         import asyncio
@@ -123,7 +124,8 @@ class _Stalling:
 
         role = request.role
         if role in self.failing:
-            await asyncio.sleep(0)
+            if not self.at_once:
+                await asyncio.sleep(0)
             raise ModelError(f"{role} down")
         try:
             await asyncio.Event().wait()  # never answers
@@ -136,12 +138,12 @@ class _Stalling:
         pass
 
 
-def _stalling_engine(failing: set[str], events: list[str]) -> tuple[GeoEngine, GeoRow]:
+def _stalling_engine(failing: set[str], events: list[str], at_once: bool = False) -> tuple[GeoEngine, GeoRow]:
     from conftest import PROMPTS
     from pytest_geo.engine.prompts import load_prompts
 
     row = GeoRow("d.jsonl", 1, "red kettle", (Candidate("a", "A", "a"), Candidate("b", "B", "b")), "b", "q1")
-    return GeoEngine(load_prompts(PROMPTS), _Stalling(failing, events), {"ranker": "m", "rewriter": "m"}), row
+    return GeoEngine(load_prompts(PROMPTS), _Stalling(failing, events, at_once), {"ranker": "m", "rewriter": "m"}), row
 
 
 def test_a_failed_rewrite_cancels_the_rows_ranking() -> None:
@@ -176,3 +178,24 @@ def test_a_cancelled_row_cancels_both_steps() -> None:
         return task in done and task.cancelled(), sorted(events)
 
     assert asyncio.run(run()) == (True, ["ranker cancelled", "rewriter cancelled"])
+
+
+def test_a_row_cancelled_before_its_rewrite_started_leaves_no_warning(recwarn: pytest.WarningsRecorder) -> None:
+    """Cancelled after rank_before's task started and before the rewrite did: the ranking
+    is cancelled, the rewrite never sent, and no coroutine is left "never awaited"."""
+    import asyncio
+    import gc
+
+    events: list[str] = []
+    engine, row = _stalling_engine(set(), events)
+
+    async def run() -> bool:
+        task = asyncio.ensure_future(engine.run(row))
+        await asyncio.sleep(0)  # the row takes its first step: rank_before's task is made
+        task.cancel()
+        await asyncio.wait((task,), timeout=10)
+        return task.cancelled()
+
+    cancelled = asyncio.run(run())
+    gc.collect()
+    assert (cancelled, events, [str(w.message) for w in recwarn]) == (True, ["ranker cancelled"], [])

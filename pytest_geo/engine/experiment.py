@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -296,10 +297,11 @@ class GeoEngine:
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
     """Both at once: `first` in a task of its own, `second` in the caller's task (one task
-    and no `asyncio.wait` a row: on the mock those cost more than a model call). When one
-    fails the other is cancelled: `asyncio.gather` would leave it running, still sending
-    calls (and retries) for a row that has already failed. When both fail, `first`'s
-    error is raised."""
+    and no `asyncio.wait` a row: on the mock those cost more than a model call), started
+    in the order two tasks would start (`first`, then `second`, a row after another: the
+    order requests reach the server, a batch or the budget). When one fails the other is
+    cancelled: `asyncio.gather` would leave it running, still sending calls (and
+    retries) for a row that has already failed. When both fail, `first`'s error is raised."""
     this = asyncio.current_task()
     if this is None:
         raise RuntimeError("together() runs inside a task")
@@ -314,10 +316,15 @@ async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
             this.cancel()
 
     one.add_done_callback(stop_second)
+    started = False
     try:
+        await asyncio.sleep(0)  # `first` takes its first step, where a task started now would
+        started = True
         two = await second
     except BaseException as exc:
         second_running = False
+        if not started and inspect.iscoroutine(second):
+            second.close()  # never started: no "never awaited" warning
         # Cancelled by stop_second alone (not the row itself): `first` failed, and its error is the row's.
         ours = stopped and this.uncancel() == 0
         if not one.done():
@@ -326,7 +333,7 @@ async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
         error = None if one.cancelled() else one.exception()  # retrieved either way: asyncio logs one left unread
         if error is not None and (ours or not isinstance(exc, asyncio.CancelledError)):
             raise error from None
-        raise
+        raise  # `second`'s own error, or the row's cancellation
     second_running = False
     return await one, two
 
