@@ -121,6 +121,11 @@ def word_count(text: str) -> int:
     return (" " + text).encode("ascii").translate(_SPACE_OR_WORD).count(b" x")
 
 
+# `json.dumps(answer, ensure_ascii=False)` with one encoder: dumps builds a new one per call
+# whenever an argument differs from its defaults.
+_ANSWER_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 class MockClient:
     """Answers from the request's structured context; never looks at the network."""
 
@@ -136,7 +141,7 @@ class MockClient:
             answer = {"rewritten_description": rewrite(context)}
         else:
             answer = propose(context)
-        text = json.dumps(answer, ensure_ascii=False)
+        text = _ANSWER_JSON.encode(answer)
         prompt = sum(word_count(m.get("content", "")) for m in request.messages)
         return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=word_count(text))
 
