@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import math
 
 import pytest
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.engine.experiment import GeoEngine
-from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.engine.prompts import load_prompts
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
 
 
@@ -73,13 +76,7 @@ def test_a_failed_ranking_cancels_the_rows_rewrite() -> None:
     """rank_before and the rewrite run together; when the ranking fails for good, the
     rewrite still waiting on the model is cancelled, not left sending calls for a row
     that has already failed."""
-    import asyncio
-
     from conftest import PROMPTS
-    from pytest_geo.data.dataset import Candidate, GeoRow
-    from pytest_geo.engine.experiment import GeoEngine
-    from pytest_geo.engine.prompts import load_prompts
-    from pytest_geo.llm.base import ModelError
 
     events: list[str] = []
 
@@ -112,20 +109,14 @@ class _Stalling:
     """A client whose `failing` role fails after a step and whose other role never
     answers, recording the cancellation of the one that hangs."""
 
-    def __init__(self, failing: set[str], events: list[str], at_once: bool = False) -> None:
+    def __init__(self, failing: set[str], events: list[str]) -> None:
         self.failing = failing
         self.events = events
-        self.at_once = at_once  # fail without waiting (a breaker that has tripped)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        import asyncio
-
-        from pytest_geo.llm.base import ModelError
-
         role = request.role
         if role in self.failing:
-            if not self.at_once:
-                await asyncio.sleep(0)
+            await asyncio.sleep(0)
             raise ModelError(f"{role} down")
         try:
             await asyncio.Event().wait()  # never answers
@@ -138,19 +129,16 @@ class _Stalling:
         pass
 
 
-def _stalling_engine(failing: set[str], events: list[str], at_once: bool = False) -> tuple[GeoEngine, GeoRow]:
+def _stalling_engine(failing: set[str], events: list[str]) -> tuple[GeoEngine, GeoRow]:
     from conftest import PROMPTS
-    from pytest_geo.engine.prompts import load_prompts
 
     row = GeoRow("d.jsonl", 1, "red kettle", (Candidate("a", "A", "a"), Candidate("b", "B", "b")), "b", "q1")
-    return GeoEngine(load_prompts(PROMPTS), _Stalling(failing, events, at_once), {"ranker": "m", "rewriter": "m"}), row
+    return GeoEngine(load_prompts(PROMPTS), _Stalling(failing, events), {"ranker": "m", "rewriter": "m"}), row
 
 
 def test_a_failed_rewrite_cancels_the_rows_ranking() -> None:
     """The other way round: the rewrite fails for good while rank_before waits on the
     model; the ranking is cancelled and the rewrite's error is the row's."""
-    import asyncio
-
     events: list[str] = []
     engine, row = _stalling_engine({"rewriter"}, events)
 
@@ -164,8 +152,6 @@ def test_a_failed_rewrite_cancels_the_rows_ranking() -> None:
 def test_a_cancelled_row_cancels_both_steps() -> None:
     """-x, Ctrl-C, a row no longer needed: rank_before and the rewrite both stop, and the
     row ends cancelled (not with an error)."""
-    import asyncio
-
     events: list[str] = []
     engine, row = _stalling_engine(set(), events)
 
@@ -183,9 +169,6 @@ def test_a_cancelled_row_cancels_both_steps() -> None:
 def test_a_row_cancelled_before_its_rewrite_started_leaves_no_warning(recwarn: pytest.WarningsRecorder) -> None:
     """Cancelled after rank_before's task started and before the rewrite did: the ranking
     is cancelled, the rewrite never sent, and no coroutine is left "never awaited"."""
-    import asyncio
-    import gc
-
     events: list[str] = []
     engine, row = _stalling_engine(set(), events)
 
