@@ -385,26 +385,34 @@ class AdaptiveConcurrency:
         speed up)."""
         self._latency = _smooth(self._latency, seconds)
         self._fastest = self._latency if self._fastest is None else min(self._fastest, self._latency)
-        if self._fastest < QUEUE_SIGNAL:
+        fastest = self._round_trip()
+        if fastest is None:
             return False
         served = max(0.0, seconds - self._lag.since(now - seconds))
         self._served = _smooth(self._served, served)
-        if self._served > QUEUEING * self._fastest and self._drain_queue():
+        if self._served > QUEUEING * fastest and self._drain_queue():
             return True
         if now - seconds >= self._settled_at:  # sent under the current limit
             self._queued = _smooth(self._queued, served)
-            if self._queued > SLOWER * self._fastest:
+            if self._queued > SLOWER * fastest:
                 self._cut(TRIM_ON_PRESSURE)
                 return True
         return False
+
+    def _round_trip(self) -> float | None:
+        """The fastest latency seen, the controller's round trip; None while there is none,
+        or while calls are answered faster than QUEUE_SIGNAL (the mock's, in microseconds):
+        such times vary with the event loop's jitter, and show neither a queue nor a pipe."""
+        fastest = self._fastest
+        return None if fastest is None or fastest < QUEUE_SIGNAL else fastest
 
     def _client_busy(self, now: float) -> bool:
         """This client is its own bottleneck: over the last round trip its event loop ran
         late for more than CLIENT_BUSY of it. More rows would only wait in its own queue
         (and under a rate limit, a busy client reads a 429 late, after sending dozens
         more to be refused), so the limit does not grow meanwhile."""
-        fastest = self._fastest
-        if fastest is None or fastest < QUEUE_SIGNAL:
+        fastest = self._round_trip()
+        if fastest is None:
             return False
         return self._lag.since(now - fastest) > CLIENT_BUSY * fastest
 
@@ -417,12 +425,13 @@ class AdaptiveConcurrency:
         rows fall back to twice what it serves without queueing (`_pipe_rows`); until
         then they stay within STARTUP_GAIN times that. Latency alone would take several
         doublings to show it, if ever: a busy client's delay is its own (`_slower`)."""
-        if not self.slow_start or self._fastest is None or self._fastest < QUEUE_SIGNAL:
-            return  # calls answered in microseconds (the mock's): round trips mean nothing
+        fastest = self._round_trip()
+        if not self.slow_start or fastest is None:
+            return
         self._round_calls += 1
         if self._round_start is None:
-            self._round_start = now - self._fastest
-        if now - self._round_start < self._fastest:
+            self._round_start = now - fastest
+        if now - self._round_start < fastest:
             return
         span = now - self._round_start
         rate = self._round_calls / span
