@@ -102,7 +102,7 @@ class GeoRowItem(GeoItem):
         try:
             self._run(row)
         finally:
-            self._row = None
+            self.forget_row()
 
     def _run(self, row: GeoRow) -> None:
         geo = geo_session_of(self.config)
