@@ -289,3 +289,14 @@ def test_a_shorter_model_number_is_found_among_the_stated_ones_part_by_part(orig
 
 def test_a_letter_that_folds_to_a_number_word_is_no_number() -> None:
     assert new_facts("a", "1 sİx") == ["1"]  # raised KeyError: 'si̇x' is not a number word
+
+
+@pytest.mark.parametrize(("rewrite", "expected"), [
+    # ASCII in any case: found through the lowered text's substring look
+    ("CeRtIfIeD, Best Seller, TWELVE, ce, CE", ["TWELVE", "CE", "CeRtIfIeD", "Best Seller"]),
+    # `re` folds `ı` to `i` and `ſ` to `s`, which lowering does not: beyond ASCII the scans run
+    ("certıfıed and beſt-selling", ["certıfıed", "beſt-selling"]),
+    ("ſix kettles", []),  # number words fold as ASCII only (`ſ` is no `s` there)
+])
+def test_claim_words_number_words_and_marks_are_found_as_re_folds_them(rewrite: str, expected: list[str]) -> None:
+    assert new_facts("a kettle", rewrite) == expected

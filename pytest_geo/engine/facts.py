@@ -16,8 +16,9 @@ most 24 digits before its point, a model number at most 6 parts), so a match att
 one position reads a bounded stretch of text, and the original's facts are indexed
 (sets, sorted lists) so each fact of the rewrite is checked in constant or logarithmic
 time. Fast on any text too (`bench/bench_facts.py`): the pattern runs only near digits
-and currency signs, far from letters a bare-number pattern stands in for it, and each
-written form is read once per text.
+and currency signs, far from letters a bare-number pattern stands in for it, each
+written form is read once per text, and in ASCII text the scans for number words, marks
+and claim words run only when a substring search finds one.
 
 Not caught: facts without digits or a listed term (`waterproof`, `premium leather`),
 number words other than two..twelve, changed meaning around a kept number (`up to 10 h`
@@ -129,7 +130,7 @@ PATTERN = re.compile(
      |(?P<number>(?<![\w.]){_NUM}(?!\w))
     )
     |(?P<price_sign>(?:US\$|[$€£¥])\s?{_NUM})
-    |(?=[a-z])\b(?:
+    |\b(?=[a-z])(?:
       (?P<price_code>(?:USD|EUR|GBP)\s?{_NUM})
      |(?P<standard>(?:ISO|IEC|EN|IEEE|ANSI|ASTM|IP)\s?\d{{1,12}}(?:[-:.]\d{{1,12}}){{0,4}})
      |(?P<model_word>{_MODEL})
@@ -282,6 +283,8 @@ def _window_matches(text: str, start: int, end: int) -> list[tuple[str, str]]:
     both agree."""
     found: list[tuple[str, str]] = []
     at = start
+    if end - start < 5 * MAX_MATCH:  # too short to hold a plain run: PATTERN alone
+        return _named(PATTERN.finditer(text, start, end))
     for run in _PLAIN_RUN.finditer(text, start, end):
         inside, outside = run.start() + MAX_MATCH, run.end() - MAX_MATCH  # only numbers start here
         head = list(PATTERN.finditer(text, at, inside + 2 * MAX_MATCH))
@@ -332,10 +335,43 @@ _WORD_OR_MARK = re.compile("(?=[" + "".join(sorted(_WORD_STARTS | {f[0] for f in
                            + _trie(_MARK_FORMS) + r"))(?!\w)")
 
 
-def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, str]]:
+# In ASCII text `re` folds case as ASCII does, so a number word or claim word it finds is
+# a substring of the lowered text, and a mark one of the text: a few substring searches
+# (a pass of memchr each) tell most prose holds none, for less than a scan of `re` that
+# tries every position. Beyond ASCII `re` folds more (`ſ` is `s`, `ı` is `i`): the scans run.
+_CLAIM_WORDS_LOWER = tuple(word.lower() for word in CLAIM_WORDS)
+
+
+def _may_hold_words(text: str, lowered: str | None) -> bool:
+    """False when `text` surely holds no number word and no mark (`lowered`: the text
+    lowered when it is ASCII, else None)."""
+    if lowered is None:
+        return True
+    for word in NUMBER_WORDS:
+        if word in lowered:
+            return True
+    for form in _MARK_FORMS:
+        if form in text:
+            return True
+    return False
+
+
+def _may_hold_claims(lowered: str | None) -> bool:
+    """False when the text (`lowered` as for _may_hold_words) surely holds no claim word."""
+    if lowered is None:
+        return True
+    for word in _CLAIM_WORDS_LOWER:
+        if word in lowered:
+            return True
+    return False
+
+
+def _words(text: str, windows: list[tuple[int, int]], lowered: str | None = None) -> list[tuple[int, str, str]]:
     """Number words and certification marks outside the windows (inside, PATTERN finds
     them): the only matches PATTERN can make without a digit."""
     found: list[tuple[int, str, str]] = []
+    if not _may_hold_words(text, lowered):
+        return found
     window_starts = [start for start, _ in windows]
     for match in _WORD_OR_MARK.finditer(text):
         at = match.start()
@@ -345,19 +381,26 @@ def _words(text: str, windows: list[tuple[int, int]]) -> list[tuple[int, str, st
     return found
 
 
-def _matches(text: str) -> list[tuple[str, str]]:
+def _matches(text: str, lowered: str | None = None) -> list[tuple[str, str]]:
     """(PATTERN group, text) of every match, in order, as PATTERN.finditer over the whole
-    text would give them, in time linear in the text."""
+    text would give them, in time linear in the text (`lowered`: see _may_hold_words)."""
     windows = _windows(text)
+    words = _words(text, windows, lowered)  # outside the windows
+    if not words:  # the windows' matches, already in order
+        return [match for start, end in windows for match in _window_matches(text, start, end)]
     blocks = [(start, _window_matches(text, start, end)) for start, end in windows]
-    blocks += [(at, [(kind, written)]) for at, kind, written in _words(text, windows)]  # outside the windows
+    blocks += [(at, [(kind, written)]) for at, kind, written in words]
     blocks.sort(key=lambda block: block[0])
     return list(chain.from_iterable(block for _, block in blocks))
 
 
 def _written_forms(text: str) -> list[tuple[str, str]]:
     """(kind, text) of every match, in order, then of every claim word."""
-    return [*_matches(text), *(("claim", m[0]) for m in CLAIM_PATTERN.finditer(text))]
+    lowered = text.lower() if text.isascii() else None
+    forms = _matches(text, lowered)
+    if _may_hold_claims(lowered):
+        forms += [("claim", m[0]) for m in CLAIM_PATTERN.finditer(text)]
+    return forms
 
 
 def _forms(text: str) -> dict[tuple[str, str], None]:
