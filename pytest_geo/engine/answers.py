@@ -208,7 +208,10 @@ def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
     raw = answer["ordered_ids"]
     if not isinstance(raw, list):
         raise AnswerError(f"'ordered_ids' is {type(raw).__name__}, not a list")
-    ordered = [_id_text(v) for v in raw]
+    try:  # ids as JSON strings, the common case, read without a call each
+        ordered = [value.strip() for value in raw]
+    except AttributeError:  # a number, or what no id is (_id_text says which)
+        ordered = [_id_text(v) for v in raw]
     expected = list(candidate_ids)
     given, known = set(ordered), set(expected)
     if given == known and len(ordered) == len(given) == len(expected):  # a permutation: nothing to list
