@@ -70,9 +70,12 @@ def request_body(request: ChatRequest, structured: bool = True) -> dict[str, Any
     return body
 
 
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     """A strict `json_schema` response format named by the schema's title."""
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "answer"))[:64]
+    name = _NOT_IN_NAME.sub("_", str(schema.get("title") or "answer"))[:64]
     return {"type": "json_schema", "json_schema": {"name": name, "schema": dict(schema), "strict": True}}
 
 
