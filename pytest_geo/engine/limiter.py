@@ -57,7 +57,9 @@ class Limiter:
 
     async def acquire(self) -> None:
         loop = asyncio.get_running_loop()
-        if not self._waiters and self.in_use < self._limit and self._paused_until <= loop.time():
+        # the clock is read only when a pause was ever set (it is 0.0 until then)
+        if not self._waiters and self.in_use < self._limit and (
+                not self._paused_until or self._paused_until <= loop.time()):
             self.in_use += 1
             return
         waiter: asyncio.Future[None] = loop.create_future()
@@ -86,7 +88,8 @@ class Limiter:
 
     def release(self) -> None:
         self.in_use -= 1
-        self._wake()
+        if self._waiters:  # else nobody to wake (no call: a release per model call)
+            self._wake()
 
     def _wake(self) -> None:
         """Grant slots to waiters in order while there is room and no pause."""

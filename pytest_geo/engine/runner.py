@@ -39,9 +39,13 @@ class BoundedClient:
         self._on_success = on_success
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        async with self._slots:
+        slots = self._slots
+        await slots.acquire()  # `async with` without its two coroutines a call
+        try:
             started = time.perf_counter()
             response = await self.inner.complete(request)
+        finally:
+            slots.release()
         if self._on_success is not None and not response.retries:
             self._on_success(time.perf_counter() - started)
         return response
