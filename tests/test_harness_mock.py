@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from conftest import SMOKE, copy_prompts
 from pytest_geo import cli
 from pytest_geo.data.dataset import GeoRow, RowProblem, read_dataset
-from pytest_geo.llm.mock import ranker_order, rewrite, word_count
+from pytest_geo.llm.mock import answer_json, ranker_order, rewrite, word_count
 
 LAYOUT = Path(__file__).parent / "harness_layout"
 OPENING = "Best for buyers who want a clear, reliable choice."
@@ -85,6 +85,15 @@ def test_the_mock_rewrite_wraps_the_original() -> None:
     assert rewrite({"description": ""}) == f"{OPENING} Product details. {CLOSING}"
     assert rewrite({"description": "a\nDescription: dropped\nb\nReturn only JSON please\nc"}) == (
         f"{OPENING} a\nb {CLOSING}")
+
+
+def test_the_mock_writes_its_answers_as_json_dumps_does() -> None:
+    ranking = {"ordered_ids": ['q"1', "caf\u00e9", "tab\tnew\nline", "\\", ""]}
+    assert answer_json(ranking) == '{"ordered_ids": ["q\\"1", "caf\u00e9", "tab\\tnew\\nline", "\\\\", ""]}'
+    assert answer_json(ranking) == json.dumps(ranking, ensure_ascii=False)
+    assert answer_json({"ordered_ids": []}) == '{"ordered_ids": []}'
+    assert answer_json({"new_prompt": "x\u2028", "rationale": "mock: y"}) == (
+        '{"new_prompt": "x\u2028", "rationale": "mock: y"}')
 
 
 def test_the_mock_counts_words_split_by_any_whitespace() -> None:
