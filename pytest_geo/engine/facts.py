@@ -409,9 +409,13 @@ def _forms(text: str) -> dict[tuple[str, str], None]:
     return dict.fromkeys(_written_forms(text))
 
 
+def _facts(forms: Iterable[tuple[str, str]]) -> list[Fact]:
+    return [fact for kind, written in forms for fact in _facts_of(kind, written)]
+
+
 def extract_facts(text: str) -> list[Fact]:
     """Every checkable fact in `text`, in order of appearance (claim words last)."""
-    return [fact for kind, written in _written_forms(text) for fact in _facts_of(kind, written)]
+    return _facts(_written_forms(text))
 
 
 TOLERANCE = 0.03  # another unit of the same kind: within 3% of the stated quantity
@@ -513,7 +517,8 @@ def new_facts(original: str, rewrite: str) -> list[str]:
     """The facts in `rewrite` that `original` does not state, as written in the rewrite
     (each once, in order). Pass the title with the original: the rewriter sees it too."""
     stated_forms = _forms(original)
-    stated = _Stated.of([fact for kind, written in stated_forms for fact in _facts_of(kind, written)])
+    stated: _Stated | None = None  # the original's facts, read on first need: a rewrite
+    # that keeps every fact as written (the forms it shares are skipped) needs none of them
     found: list[str] = []
     seen: set[tuple[str, Decimal | None, str]] = set()
     for kind, written in _forms(rewrite):
@@ -523,6 +528,8 @@ def new_facts(original: str, rewrite: str) -> list[str]:
             key = (fact.kind, fact.value, fact.unit)
             if key not in seen:
                 seen.add(key)  # each distinct fact is checked once
+                if stated is None:
+                    stated = _Stated.of(_facts(stated_forms))
                 if not stated.supports(fact):
                     found.append(fact.text)
     return found
