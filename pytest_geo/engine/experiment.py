@@ -105,6 +105,11 @@ def candidate_values(
     return values
 
 
+def candidate_dicts(candidates: tuple[Candidate, ...]) -> list[dict[str, str]]:
+    """`[c.as_dict() for c in candidates]`, the ranker's context, without a call a candidate."""
+    return [{"id": id_, "title": title, "description": description} for id_, title, description in candidates]
+
+
 def candidate_blocks(candidates: tuple[Candidate, ...]) -> str:
     """The E-GEO harness's `{{candidates}}`: per candidate `- id:`, `  title:`,
     `  description:` and the description's lines indented by two spaces; a blank line
@@ -182,8 +187,8 @@ class GeoEngine:
         for attempt in range(self.reasks + 1):
             request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context,
                                   max_output_tokens=self.max_output_tokens, response_schema=schema)
-            call = ModelCall(step=step or role, role=role, model=request.model, attempt=attempt,
-                             messages=[dict(m) for m in messages], answer=None, cached=False)
+            call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
+                               "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if calls is not None:
                 calls.append(call)
             try:
@@ -220,7 +225,7 @@ class GeoEngine:
             "ranker",
             render(self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
-            {"query": row.query, "candidates": [c.as_dict() for c in candidates]},
+            {"query": row.query, "candidates": candidate_dicts(candidates)},
             lambda text: parse_ranking(text, ids),
             calls,
             step,
