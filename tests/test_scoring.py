@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+from pathlib import Path
 
 import pytest
 
 from pytest_geo.data.dataset import Candidate, GeoRow
-from pytest_geo.engine.experiment import GeoEngine
+from pytest_geo.engine.experiment import GeoEngine, candidate_values
 from pytest_geo.engine.prompts import load_prompts
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
+from pytest_geo.llm.mock import MockClient
 from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
+from pytest_geo.templates import render
 
 
 def test_empty() -> None:
@@ -182,3 +185,25 @@ def test_a_row_cancelled_before_its_rewrite_started_leaves_no_warning(recwarn: p
     cancelled = asyncio.run(run())
     gc.collect()
     assert (cancelled, events, [str(w.message) for w in recwarn]) == (True, ["ranker cancelled"], [])
+
+
+def test_rank_after_shows_the_candidates_of_rank_before_with_the_target_rewritten(tmp_path: Path) -> None:
+    """rank_after's candidates are written from rank_before's, the target's alone written
+    again: its prompt must read as the rewritten candidates written afresh, in each form."""
+    from conftest import copy_prompts
+
+    prompts = copy_prompts(tmp_path / "prompts")
+    template = "{{query}}\n{{candidates}}\n{{candidates_json}}\n{{candidates_jsonl}}\n"
+    (prompts / "ranker_user.txt").write_text(template, encoding="utf-8")
+    first, last = Candidate("a", "A", "one\ntwo"), Candidate("c", "C", "Best for tea")
+    row = GeoRow("d.jsonl", 1, "red kettle", (first, Candidate("t", "T", 'steel "1.7" l'), last), "t", "q1")
+    outcome = asyncio.run(GeoEngine(load_prompts(prompts), MockClient(), {"ranker": "m", "rewriter": "m"}).run(row))
+    before, after = (call["messages"][1]["content"] for call in outcome.calls if call["role"] == "ranker")
+    rewritten = ('Best for buyers who want a clear, reliable choice. steel "1.7" l Key specs are easy to scan, '
+                 "with differentiated value over typical alternatives.")
+    assert outcome.rewritten_description == rewritten
+    assert before == render(template, candidate_values("red kettle", "q1", row.candidates))
+    assert after == render(template, candidate_values("red kettle", "q1", (first, Candidate("t", "T", rewritten), last)))
+    assert before.count('steel \\"1.7\\" l') == after.count('steel \\"1.7\\" l') == 2  # json and jsonl
+    assert after.count("  description:\n  Best for buyers who want") == 1  # the block
+    assert (outcome.rank_before, outcome.rank_after) == (2, 1)

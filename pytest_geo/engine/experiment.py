@@ -23,7 +23,7 @@ from pytest_geo.engine.answers import (
     parse_rewrite,
 )
 from pytest_geo.engine.facts import new_facts
-from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
 from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.scoring import Score
@@ -93,16 +93,7 @@ def candidate_values(
 ) -> dict[str, Any]:
     """The ranker's placeholder values; with `used`, the renderings of the candidates
     are built only if the templates use them."""
-    values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(candidates)}
-    if used is None or "candidates" in used:
-        values["candidates"] = candidate_blocks(candidates)
-    if used is None or "candidates_jsonl" in used:
-        values["candidates_jsonl"] = "\n".join(
-            f'{{"id": {encode_basestring(c.id)}, "title": {encode_basestring(c.title)}, '
-            f'"description": {encode_basestring(c.description)}}}' for c in candidates)
-    if used is None or "candidates_json" in used:
-        values["candidates_json"] = candidates_json(candidates)
-    return values
+    return Shown.of(candidates, CANDIDATE_VARS if used is None else used).values(query, query_id)
 
 
 def candidate_dicts(candidates: tuple[Candidate, ...]) -> list[dict[str, str]]:
@@ -110,16 +101,17 @@ def candidate_dicts(candidates: tuple[Candidate, ...]) -> list[dict[str, str]]:
     return [{"id": id_, "title": title, "description": description} for id_, title, description in candidates]
 
 
+def _block(c: Candidate) -> str:
+    lines = [f"- id: {c.id}", f"  title: {c.title}", "  description:"]
+    lines += [f"  {line}" for line in c.description.splitlines()]
+    return "\n".join(lines)
+
+
 def candidate_blocks(candidates: tuple[Candidate, ...]) -> str:
     """The E-GEO harness's `{{candidates}}`: per candidate `- id:`, `  title:`,
     `  description:` and the description's lines indented by two spaces; a blank line
     between candidates."""
-    blocks = []
-    for c in candidates:
-        lines = [f"- id: {c.id}", f"  title: {c.title}", "  description:"]
-        lines += [f"  {line}" for line in c.description.splitlines()]
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+    return "\n\n".join(map(_block, candidates))
 
 
 @functools.lru_cache(maxsize=64)
@@ -127,16 +119,69 @@ def _used_placeholders(*templates: str) -> frozenset[str]:
     return frozenset().union(*(placeholders(t) for t in templates))
 
 
+def _json_line(c: Candidate) -> str:
+    return (f'{{"id": {encode_basestring(c.id)}, "title": {encode_basestring(c.title)}, '
+            f'"description": {encode_basestring(c.description)}}}')
+
+
+def _json_item(c: Candidate) -> str:
+    return (f'  {{\n    "id": {encode_basestring(c.id)},\n    "title": {encode_basestring(c.title)},\n'
+            f'    "description": {encode_basestring(c.description)}\n  }}')
+
+
+def _json_array(items: list[str]) -> str:
+    return "[\n" + ",\n".join(items) + "\n]" if items else "[]"
+
+
 def candidates_json(candidates: tuple[Candidate, ...]) -> str:
     """`json.dumps([c.as_dict() for c in candidates], ensure_ascii=False, indent=2)`, byte
     for byte, written directly: `indent` forces json's pure-Python encoder, the hot spot of
-    rendering a ranker prompt. (`candidates_jsonl` above is `json.dumps` of each, likewise.)"""
-    if not candidates:
-        return "[]"
-    return "[\n" + ",\n".join(
-        f'  {{\n    "id": {encode_basestring(c.id)},\n    "title": {encode_basestring(c.title)},\n'
-        f'    "description": {encode_basestring(c.description)}\n  }}' for c in candidates
-    ) + "\n]"
+    rendering a ranker prompt. (`{{candidates_jsonl}}` is `json.dumps` of each, likewise.)"""
+    return _json_array([_json_item(c) for c in candidates])
+
+
+# Each way a ranker template can show the candidates: how one candidate is written, and
+# how the written candidates are joined.
+CANDIDATE_FORMS: dict[str, tuple[Callable[[Candidate], str], Callable[[list[str]], str]]] = {
+    "candidates": (_block, "\n\n".join),
+    "candidates_jsonl": (_json_line, "\n".join),
+    "candidates_json": (_json_item, _json_array),
+}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A row's candidates as the ranker is shown them: their ids, the answer's schema
+    (made from the ids) and each candidate written as the templates show it (`written`:
+    placeholder -> one text a candidate). Made once a row: rank_after shows rank_before's
+    candidates with the target's description rewritten (`rewritten`), so only the target
+    is written again."""
+
+    candidates: tuple[Candidate, ...]
+    ids: list[str]
+    schema: dict[str, Any]
+    written: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, candidates: tuple[Candidate, ...], used: Collection[str]) -> Shown:
+        ids = [c.id for c in candidates]
+        written = {name: list(map(write, candidates)) for name, (write, _) in CANDIDATE_FORMS.items() if name in used}
+        return cls(candidates, ids, ranking_schema(ids), written)
+
+    def values(self, query: str, query_id: str | None) -> dict[str, Any]:
+        """The ranker's placeholder values."""
+        values: dict[str, Any] = {"query": query, "query_id": query_id or "", "n_candidates": len(self.candidates)}
+        for name, texts in self.written.items():
+            values[name] = CANDIDATE_FORMS[name][1](texts)
+        return values
+
+    def rewritten(self, target_id: str, description: str) -> Shown:
+        """The same candidates, the target's description replaced (ids and order kept)."""
+        candidates = tuple(Candidate(c.id, c.title, description) if c.id == target_id else c for c in self.candidates)
+        written = {name: [CANDIDATE_FORMS[name][0](c) if c.id == target_id else text
+                          for c, text in zip(candidates, texts, strict=True)]
+                   for name, texts in self.written.items()}
+        return Shown(candidates, self.ids, self.schema, written)
 
 
 def one_line(exc: BaseException) -> str:
@@ -215,21 +260,25 @@ class GeoEngine:
                 ]
         raise AssertionError("unreachable")
 
-    async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...], calls: list[ModelCall] | None = None,
-                   step: str = "rank") -> int:
-        """1-based rank of the row's target among `candidates`."""
-        used = _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user)
-        values = candidate_values(row.query, row.query_id, candidates, used)
-        ids = [c.id for c in candidates]
+    def shown(self, candidates: tuple[Candidate, ...]) -> Shown:
+        """`candidates` as this engine's ranker templates show them."""
+        return Shown.of(candidates, _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user))
+
+    async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
+                   calls: list[ModelCall] | None = None, step: str = "rank") -> int:
+        """1-based rank of the row's target among `candidates` (or as `shown`)."""
+        shown = candidates if isinstance(candidates, Shown) else self.shown(candidates)
+        values = shown.values(row.query, row.query_id)
+        ids = shown.ids
         ordered = await self.ask(
             "ranker",
             render(self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
-            {"query": row.query, "candidates": candidate_dicts(candidates)},
+            {"query": row.query, "candidates": candidate_dicts(shown.candidates)},
             lambda text: parse_ranking(text, ids),
             calls,
             step,
-            ranking_schema(ids),
+            shown.schema,
         )
         return ordered.index(row.target_id) + 1
 
@@ -279,14 +328,12 @@ class GeoEngine:
         rewrite_calls: list[ModelCall] = []
         after_calls: list[ModelCall] = []
         try:
+            shown = self.shown(row.candidates)  # rank_after's too, but the target's description
             before_task = rank_before if rank_before is not None else self.rank(
-                row, row.candidates, before_calls, "rank_before")
+                row, shown, before_calls, "rank_before")
             before, text = await together(before_task, self.rewrite(row, prompts, rewrite_calls))
             rewritten, violations = text, fact_violations(row, text)
-            rewritten_candidates = tuple(
-                Candidate(c.id, c.title, text) if c.id == row.target_id else c for c in row.candidates
-            )
-            after = await self.rank(row, rewritten_candidates, after_calls, "rank_after")
+            after = await self.rank(row, shown.rewritten(row.target_id, text), after_calls, "rank_after")
             if self.strict_facts and violations:
                 error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
         except asyncio.CancelledError:
