@@ -6,6 +6,7 @@ file is what the harness prints for it (see the README there)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from conftest import SMOKE, copy_prompts
 from pytest_geo import cli
 from pytest_geo.data.dataset import GeoRow, RowProblem, read_dataset
-from pytest_geo.llm.mock import answer_json, ranker_order, rewrite, word_count
+from pytest_geo.llm.base import ChatRequest
+from pytest_geo.llm.mock import MockClient, answer_json, ranker_order, rewrite, word_count
 
 LAYOUT = Path(__file__).parent / "harness_layout"
 OPENING = "Best for buyers who want a clear, reliable choice."
@@ -94,6 +96,15 @@ def test_the_mock_writes_its_answers_as_json_dumps_does() -> None:
     assert answer_json({"ordered_ids": []}) == '{"ordered_ids": []}'
     assert answer_json({"new_prompt": "x\u2028", "rationale": "mock: y"}) == (
         '{"new_prompt": "x\u2028", "rationale": "mock: y"}')
+
+
+def test_the_mock_counts_each_system_prompts_own_words() -> None:
+    """A system prompt's count is kept (a run sends the same few): each keeps its own."""
+    async def prompt_tokens(system: str) -> int:
+        messages = ({"role": "system", "content": system}, {"role": "user", "content": "u v"})
+        return (await MockClient().complete(ChatRequest("ranker", "m", messages, context={"candidates": []}))).prompt_tokens
+
+    assert [asyncio.run(prompt_tokens(system)) for system in ("a b", "a b c", "a b", "", "a\tb c d")] == [4, 5, 4, 2, 6]
 
 
 def test_the_mock_counts_words_split_by_any_whitespace() -> None:

@@ -8,6 +8,7 @@ verify the pipeline, not model quality, and match the harness's row for row.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring
@@ -62,9 +63,10 @@ def ranker_order(context: Mapping[str, Any]) -> list[str]:
     last = len(candidates) - 1
     keys = []
     for index, c in enumerate(candidates):
-        seen = seen_description(str(c.get("description", "")), last=index == last)
+        seen = seen_description(str(c.get("description", "")), index == last)
         keys.append((MARKER in seen.lower(), len(seen), str(c.get("id"))))
-    return [key[2] for key in sorted(keys, reverse=True)]  # keys that tie are equal, ids included
+    keys.sort(reverse=True)  # keys that tie are equal, ids included
+    return [key[2] for key in keys]
 
 
 def rewrite(context: Mapping[str, Any]) -> str:
@@ -133,6 +135,22 @@ def answer_json(answer: Mapping[str, str | Sequence[str]]) -> str:
     return "{" + ", ".join(members) + "}"
 
 
+@functools.lru_cache(maxsize=16)
+def _system_words(text: str) -> int:
+    """`word_count` of a system prompt, counted once: a run sends the same few on every
+    call (the packaged ones hold no placeholder), a quarter of the words a call counts."""
+    return word_count(text)
+
+
+def prompt_words(messages: Sequence[Mapping[str, str]]) -> int:
+    """The mock's prompt tokens: the words of every message."""
+    total = 0
+    for message in messages:
+        content = message.get("content", "")
+        total += _system_words(content) if message.get("role") == "system" else word_count(content)
+    return total
+
+
 class MockClient:
     """Answers from the request's structured context; never looks at the network."""
 
@@ -140,8 +158,8 @@ class MockClient:
         context = request.context
         if request.role == "procedure":  # a prompt procedure: the mock echoes its input
             text = str(context.get("input", ""))
-            prompt = sum(word_count(m.get("content", "")) for m in request.messages)
-            return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=word_count(text))
+            return ChatResponse(text=text, prompt_tokens=prompt_words(request.messages),
+                                completion_tokens=word_count(text))
         if request.role == "ranker":
             answer: Mapping[str, str | Sequence[str]] = {"ordered_ids": ranker_order(context)}
         elif request.role == "rewriter":
@@ -149,8 +167,7 @@ class MockClient:
         else:
             answer = propose(context)
         text = answer_json(answer)
-        prompt = sum(word_count(m.get("content", "")) for m in request.messages)
-        return ChatResponse(text=text, prompt_tokens=prompt, completion_tokens=word_count(text))
+        return ChatResponse(text=text, prompt_tokens=prompt_words(request.messages), completion_tokens=word_count(text))
 
     async def aclose(self) -> None:
         return None
