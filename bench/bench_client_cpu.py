@@ -232,7 +232,8 @@ class Transport:
 TIMED = {
     "answer cache (key, lookup, append)": [(cache, "cache_key"), (cache.ResponseCache, "read"),
                                            (cache.ResponseCache, "put")],
-    "prompt rendering": [(experiment, "render"), (experiment, "candidate_values")],
+    "prompt rendering": [(experiment, "render"), (experiment.Shown, "of"), (experiment.Shown, "values"),
+                         (experiment.Shown, "rewritten")],
     "answer parsing (and size/cap checks)": [(experiment, "parse_ranking"), (experiment, "parse_rewrite"),
                                              (experiment, "check_answer"), (experiment, "kept_answer")],
     "fact check": [(experiment, "fact_violations")],

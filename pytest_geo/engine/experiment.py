@@ -102,16 +102,12 @@ def candidate_dicts(candidates: tuple[Candidate, ...]) -> list[dict[str, str]]:
 
 
 def _block(c: Candidate) -> str:
+    """A candidate in the E-GEO harness's `{{candidates}}`: `- id:`, `  title:`,
+    `  description:` and the description's lines indented by two spaces (a blank line
+    between candidates)."""
     lines = [f"- id: {c.id}", f"  title: {c.title}", "  description:"]
     lines += [f"  {line}" for line in c.description.splitlines()]
     return "\n".join(lines)
-
-
-def candidate_blocks(candidates: tuple[Candidate, ...]) -> str:
-    """The E-GEO harness's `{{candidates}}`: per candidate `- id:`, `  title:`,
-    `  description:` and the description's lines indented by two spaces; a blank line
-    between candidates."""
-    return "\n\n".join(map(_block, candidates))
 
 
 @functools.lru_cache(maxsize=64)
