@@ -74,7 +74,7 @@ pieces = st.one_of(
     json_values.map(json.dumps),
     json_values.map(lambda v: json.dumps(v, indent=1)),
     st.sampled_from(["{", "}", "[", "]", '"', ":", ",", "\\", " ", "\n", "```", "```json\n", "json", "x", "1",
-                     '{"ordered_ids": ', '{"a": ', '"ordered_ids"', "{}", "true", "\\u0061"]),
+                     '{"ordered_ids": ', '{"a": ', '"ordered_ids"', "{}", "true", "\\u0061", "\ufeff", "\t"]),
     st.text('{}[]":,\\ `a1\n', max_size=6),
 )
 texts = st.lists(pieces, max_size=10).map("".join)
@@ -103,6 +103,15 @@ def test_decoding_in_windows_finds_what_decoding_the_rest_of_the_text_finds(
 @given(st.lists(st.sampled_from(["```", "```json", "```JSON", " ", "\n", "x", "{}", "`", "j"]), max_size=12).map("".join))
 def test_fences_are_found_as_the_fence_pattern_found_them(text: str) -> None:
     assert list(_fenced_blocks(text)) == OLD_FENCE.findall(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('\n {"ordered_ids": ["whole"], "n": {"ordered_ids": ["in"]}}\t', ["whole"]),  # whitespace around it
+    ('{"ordered_ids": ["whole"], "n": {"ordered_ids": ["in"]}} x', ["in"]),  # data after it: not the whole text
+    ('\ufeff{"ordered_ids": ["whole"], "n": {"ordered_ids": ["in"]}}', ["in"]),  # json.loads refuses a BOM
+])
+def test_the_whole_text_is_the_answer_when_json_loads_reads_it_whole(text: str, expected: list[str]) -> None:
+    assert extract_json_object(text, "ordered_ids")["ordered_ids"] == expected
 
 
 def test_the_documented_order_whole_text_then_fences_then_last_object_then_first() -> None:

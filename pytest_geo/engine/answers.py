@@ -79,7 +79,7 @@ def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
     "An object anywhere" is one that starts at some `{` of the text, nested ones too. The
     search tries the places an object can start, from the end for the last one holding
     `key` and from the start for the first one, and stops at the first found."""
-    whole = _loads_object(text.strip())
+    whole = _loads_whole(text.strip())
     if whole is not None:
         return whole
     fenced = [value for block in _fenced_blocks(text) if (value := _loads_object(block)) is not None]
@@ -99,6 +99,19 @@ def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
     if fenced:
         return fenced[0]
     raise AnswerError(f"no JSON object in the answer: {_preview(text)}")
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _loads_whole(text: str) -> dict[str, Any] | None:
+    """`_loads_object` of a text with no whitespace around it (stripped), without the
+    Python-level skipping of it that `json.loads` does on either side."""
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except (ValueError, RecursionError):  # as _loads_object
+        return None
+    return value if end == len(text) and isinstance(value, dict) else None
 
 
 def _loads_object(text: str) -> dict[str, Any] | None:
