@@ -15,7 +15,15 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import PROMPTS, geo_rows
-from pytest_geo.data.dataset import Candidate, GeoRow, _plainly_valid, _validator, iter_dataset
+from pytest_geo.data.dataset import (
+    Candidate,
+    GeoRow,
+    PackedRow,
+    _plainly_valid,
+    _validator,
+    iter_dataset,
+    iter_packed,
+)
 from pytest_geo.engine.experiment import candidate_values, candidates_json
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.session import GeoSession
@@ -130,6 +138,11 @@ def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
     for row in (*rows, replace(rows[1], variant="short")):
         assert GeoRow.unpacked(row.packed()) == row
     assert rows[0].target_was_chosen and rows[0].query_id is None and rows[0].path == "shown.jsonl"
+    # collection packs each line straight from its JSON: the same bytes as packing the parsed row
+    packed = list(iter_packed(path, 7, display="shown.jsonl"))
+    assert packed == [PackedRow.of(row) for row in rows]
+    assert [(p.line, p.query_id) for p in packed] == [(1, None), (2, "q2")]
+    assert GeoRow.unpacked(packed[0].data).target_id == rows[0].target_id
 
 
 RUN_AGAIN_CONFTEST = '''

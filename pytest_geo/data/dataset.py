@@ -8,9 +8,10 @@ import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
 
 from pytest_geo.data.files import open_regular
 from pytest_geo.data.schemas import error_path, first_error, validator
@@ -36,6 +37,16 @@ class Candidate(NamedTuple):
 
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "title": self.title, "description": self.description}
+
+
+# A dataset line's candidate object -> its (id, title, description), in C.
+_candidate_texts = itemgetter("id", "title", "description")
+
+
+def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,
+          target_was_chosen: bool, variant: str | None) -> bytes:
+    """A row as `GeoRow.unpacked` reads it back; `flat`: the candidates' texts, three a candidate."""
+    return marshal.dumps((path, line, query, flat, target_id, query_id, target_was_chosen, variant))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +80,8 @@ class GeoRow:
         """This row as one bytes object (`GeoRow.unpacked` reads it back): what a pytest
         item keeps of its row, since a run holds every item to its end (PackedRow). A
         third of the parsed row's memory, and nothing for the garbage collector to walk."""
-        flat = tuple(text for candidate in self.candidates for text in candidate)
-        return marshal.dumps((self.path, self.line, self.query, flat, self.target_id, self.query_id,
-                              self.target_was_chosen, self.variant))
+        return _pack(self.path, self.line, self.query, tuple(chain.from_iterable(self.candidates)), self.target_id,
+                     self.query_id, self.target_was_chosen, self.variant)
 
     @classmethod
     def unpacked(cls, data: bytes) -> GeoRow:
@@ -200,9 +210,31 @@ def _loads_row(text: str) -> Any:
     return _ROW_DECODER.decode(text)
 
 
-def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]) -> DatasetLine | None:
-    """One physical line -> a row, a problem, or None for a blank line; `choose` draws a
-    missing target's index (called for every JSON line the harness draws for, valid or not)."""
+Row = TypeVar("Row", GeoRow, PackedRow)
+# What a valid line becomes: (path, line, query, the candidate objects, target id, query id,
+# target was chosen) -> a row (GeoRow) or the row packed as a collector keeps it (PackedRow).
+RowMaker = Callable[[str, int, str, list[dict[str, Any]], str, "str | None", bool], Row]
+
+
+def geo_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+            query_id: str | None, target_was_chosen: bool) -> GeoRow:
+    texts = map(_candidate_texts, candidates)
+    return GeoRow(path, line, query, tuple(map(tuple.__new__, repeat(Candidate), texts)), target_id, query_id,
+                  target_was_chosen)
+
+
+def packed_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+               query_id: str | None, target_was_chosen: bool) -> PackedRow:
+    """The row packed straight from its JSON objects: no GeoRow built only to be packed."""
+    flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+    return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
+
+
+def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int],
+               make: RowMaker[Row]) -> Row | RowProblem | None:
+    """One physical line -> a row (as `make` builds it), a problem, or None for a blank
+    line; `choose` draws a missing target's index (called for every JSON line the harness
+    draws for, valid or not)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -258,15 +290,9 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         return RowProblem(
             path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
         )
-    return GeoRow(
-        path=path,
-        line=line_no,
-        query=obj["query"],
-        candidates=tuple([Candidate(c["id"], c["title"], c["description"]) for c in obj["candidates"]]),
-        target_id=target if target is not None else ids[drawn or 0],  # drawn: set when target is None
-        query_id=query_id,
-        target_was_chosen=target is None,
-    )
+    # drawn: set when target is None
+    return make(path, line_no, obj["query"], obj["candidates"], target if target is not None else ids[drawn or 0],
+                query_id, target is None)
 
 
 def _padded_id(where: str, value: str) -> str:
@@ -340,6 +366,15 @@ def read_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
 def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
     """Yield each non-blank line of a JSONL file as a row or a problem, lazily, in file
     order (the seeded target choice depends on it)."""
+    return _iter_lines(path, seed, display, geo_row)
+
+
+def iter_packed(path: Path | str, seed: int, display: str | None = None) -> Iterator[CollectedLine]:
+    """`iter_dataset` with each row packed as read (PackedRow), as collection keeps it."""
+    return _iter_lines(path, seed, display, packed_row)
+
+
+def _iter_lines(path: Path | str, seed: int, display: str | None, make: RowMaker[Row]) -> Iterator[Row | RowProblem]:
     label = display or str(path)
     choose = TargetChooser(seed)
     with open_dataset(path, label) as handle:
@@ -347,7 +382,7 @@ def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Ite
             if raw is None:
                 yield RowProblem(label, line_no, f"line longer than {MAX_LINE_BYTES // (1 << 20)} MiB")
                 continue
-            parsed = parse_line(label, line_no, raw, choose)
+            parsed = parse_line(label, line_no, raw, choose, make)
             if parsed is not None:
                 yield parsed
 

@@ -16,7 +16,7 @@ from pytest_geo.data.dataset import (
     DatasetError,
     PackedRow,
     RowProblem,
-    iter_dataset,
+    iter_packed,
     packed_line,
     row_names,
 )
@@ -76,8 +76,7 @@ class GeoDatasetFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         try:
             # packed as read: the file's parsed rows are never all in memory at once
-            lines = [packed_line(line) for line in iter_dataset(self.path, settings_of(self.config).seed,
-                                                                display=self.nodeid)]
+            lines = list(iter_packed(self.path, settings_of(self.config).seed, display=self.nodeid))
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
         self.add_marker("geo")  # on the file, not per item: its rows inherit it
