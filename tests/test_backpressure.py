@@ -4,6 +4,7 @@ are started and not yet consumed, and no consumption order, slow row or cancel s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import threading
 import time
@@ -205,3 +206,31 @@ def test_rows_of_skipped_items_do_not_keep_their_window_places(geo_project: pyte
                                               "-p", "no:xdist", timeout=120)
     result.assert_outcomes(passed=3, skipped=5)
     assert (geo_project.path / "window.json").read_text() == "[4, 0]"
+
+
+def test_a_row_cancelled_before_its_task_first_runs_gives_its_task_place_back() -> None:
+    """A row's bookkeeping (its task place, its entry among the started tasks) is undone
+    at the end of its task's coroutine; a task cancelled before its first step never
+    enters that coroutine, and the runner must still undo it, or each such row would
+    hold a task place for the rest of the run."""
+    runner = Runner(concurrency=1, window_floor=0)
+    ran: list[str] = []
+
+    async def job(name: str) -> str:
+        ran.append(name)
+        return name
+
+    def cancel_ahead_of_first_step() -> None:  # on the loop: the cancel is queued before the task's first step
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        runner._loop.call_soon(runner._cancel_task, future)
+        runner._start(functools.partial(job, "cancelled"), future)
+        future.cancel()
+
+    try:
+        runner._loop.call_soon_threadsafe(cancel_ahead_of_first_step)
+        after = runner.submit(functools.partial(job, "after"))
+        assert after.result(timeout=10) == "after"
+        _until(lambda: runner._started == 0)
+        assert ran == ["after"] and runner._tasks == {}
+    finally:
+        runner.close()

@@ -54,17 +54,17 @@ class BoundedClient:
         await self.inner.aclose()
 
 
-def _copy_outcome(future: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
-    """A finished task's result onto the future the main thread waits on (unless it was
-    cancelled meanwhile)."""
+def _settle(future: concurrent.futures.Future[T], result: T | None, exc: BaseException | None) -> None:
+    """A finished row's result (or exception) onto the future the main thread waits on,
+    unless it was cancelled meanwhile."""
     if not future.set_running_or_notify_cancel():
         return
-    if task.cancelled():
+    if exc is None:
+        future.set_result(result)  # type: ignore[arg-type]  # None only when exc is set
+    elif isinstance(exc, asyncio.CancelledError):
         future.set_exception(concurrent.futures.CancelledError())
-    elif task.exception() is not None:
-        future.set_exception(task.exception())
     else:
-        future.set_result(task.result())
+        future.set_exception(exc)
 
 
 class Runner:
@@ -96,6 +96,7 @@ class Runner:
         # and the tasks started and unfinished (loop thread only).
         self._queued: collections.deque[Queued] = collections.deque()
         self._hastened: set[concurrent.futures.Future[Any]] = set()
+        self._tasks: dict[concurrent.futures.Future[Any], asyncio.Task[None]] = {}  # started rows' tasks
         self._started = 0
         self.closed = False
 
@@ -124,7 +125,7 @@ class Runner:
         with self._lock:
             self._pending.update(dict.fromkeys(futures))
         for future in futures:
-            future.add_done_callback(self._forget)
+            future.add_done_callback(self._row_done)
         batch: list[Queued] = [(make, future, windowed) for make, future in zip(makers, futures, strict=True)]
         self._loop.call_soon_threadsafe(self._start_all, batch)
         return futures
@@ -199,33 +200,50 @@ class Runner:
         self._start(make, future)
 
     def _start(self, make: Callable[[], Awaitable[Any]], future: concurrent.futures.Future[Any]) -> None:
-        task = self._loop.create_task(self._bounded(make, future))
+        self._tasks[future] = self._loop.create_task(self._bounded(make, future))
         self._started += 1
-        task.add_done_callback(functools.partial(self._task_done, future))  # one callback a row, not two
-        future.add_done_callback(functools.partial(self._cancel_task, task))
 
-    def _task_done(self, future: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> None:
+        """The row's task: its outcome is put on `future` here, at its end, rather than by
+        a done callback on the task (one callback and one partial fewer a row)."""
         try:
-            _copy_outcome(future, task)
+            async with self.slots:
+                if future.cancelled():  # cancelled while waiting; its task's cancel may still be in flight
+                    raise asyncio.CancelledError
+                result = await make()
+        except Exception as exc:
+            _settle(future, None, exc)
+        except BaseException as exc:  # cancelled, or KeyboardInterrupt / SystemExit: the task ends with it
+            _settle(future, None, exc)
+            raise
+        else:
+            _settle(future, result, None)
         finally:
+            del self._tasks[future]
             self._started -= 1
             self._start_more()
 
-    async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> T:
-        async with self.slots:
-            if future.cancelled():  # cancelled while waiting; its task's cancel may still be in flight
-                raise asyncio.CancelledError
-            return await make()
-
-    def _cancel_task(self, task: asyncio.Task[Any], future: concurrent.futures.Future[Any]) -> None:
-        if future.cancelled() and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(task.cancel)
-
-    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+    def _row_done(self, future: concurrent.futures.Future[Any]) -> None:
+        """A row's one done callback (on the thread that finished or cancelled it)."""
         with self._lock:
             self._pending.pop(future, None)
         if future.cancelled():  # -x, Ctrl-C, a row no longer needed: nobody will consume it
             self.consumed(future)
+            if not self._loop.is_closed():  # a started row's task is cancelled too
+                self._loop.call_soon_threadsafe(self._cancel_task, future)
+
+    def _cancel_task(self, future: concurrent.futures.Future[Any]) -> None:
+        task = self._tasks.get(future)
+        if task is not None:
+            task.cancel()
+            task.add_done_callback(functools.partial(self._cancelled_task_done, future))
+
+    def _cancelled_task_done(self, future: concurrent.futures.Future[Any], _: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never ran `_bounded`'s `finally`: its
+        bookkeeping is done here instead (only then is the row still in `_tasks`)."""
+        if self._tasks.pop(future, None) is not None:
+            self._started -= 1
+            self._start_more()
 
     def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         """Run one coroutine on the loop and wait for it (outside the row bound)."""

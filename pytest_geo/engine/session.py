@@ -98,7 +98,8 @@ class GeoSession:
         """The row's future, for a caller about to wait on it: scheduled if nobody did,
         and started now if it is still queued behind the runner's window."""
         future = self.schedule(row)
-        self.runner.hasten(future, functools.partial(self._run, row))
+        if not future.done():  # the common case once rows run ahead: no maker to build, nothing to hasten
+            self.runner.hasten(future, functools.partial(self._run, row))
         return future
 
     async def _run(self, row: GeoRow) -> Outcome:
