@@ -62,7 +62,10 @@ class GeoRow:
 
     @property
     def target(self) -> Candidate:
-        return next(c for c in self.candidates if c.id == self.target_id)
+        for candidate in self.candidates:  # a loop, not next() over a generator: read on every row's record
+            if candidate.id == self.target_id:
+                return candidate
+        raise StopIteration  # never: parsing checks that target_id is a candidate's id
 
     @property
     def label(self) -> str:

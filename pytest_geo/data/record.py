@@ -85,10 +85,15 @@ def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str,
 def geo_record(row: GeoRow, outcome: OutcomeFields, *, suite: str, split: str, nodeid: str,
                threshold: float | None = None) -> RowRecord:
     """A GEO row's record, for the plugin's items and `egeo evaluate` alike."""
-    base = where("geo", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=row.line,
-                 threshold=threshold)
-    record = RowRecord(**base, **outcome, dataset=row.path, target_was_chosen=row.target_was_chosen, query=row.query,
-                       original_description=row.target.description)
+    record = where("geo", suite=suite, metric=GEO_METRIC, split=split, nodeid=nodeid, line=row.line,
+                   threshold=threshold)
+    # One dict, filled in place (built once a row, on pytest's main thread). mypy refuses any
+    # TypedDict that might carry more keys here; OutcomeFields' keys are all RowRecord's.
+    record.update(outcome)  # type: ignore[typeddict-item]
+    record["dataset"] = row.path
+    record["target_was_chosen"] = row.target_was_chosen
+    record["query"] = row.query
+    record["original_description"] = row.target.description
     if row.variant is not None:
         record["variant"] = row.variant
         record["variant_of"] = suite.removesuffix(f"[{row.variant}]")

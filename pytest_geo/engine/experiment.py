@@ -73,6 +73,7 @@ class GeoOutcome:
 
     def record(self) -> OutcomeFields:
         """This outcome's part of the row's record (plain types only: it crosses processes)."""
+        score = self.score()  # its feedback is `feedback`, made once
         return OutcomeFields(
             query_id=self.query_id,
             target_id=self.target_id,
@@ -80,8 +81,8 @@ class GeoOutcome:
             rank_after=self.rank_after,
             rank_improvement=self.rank_improvement,
             rewritten_description=self.rewritten_description,
-            score=self.score().value,
-            feedback=self.feedback,
+            score=score.value,
+            feedback=score.feedback,
             error=self.error,
             fact_violations=list(self.fact_violations),
             calls=list(self.calls),
