@@ -46,7 +46,6 @@ from pytest_geo.pytest_layer.sequential import (
     sequential_run,
 )
 from pytest_geo.pytest_layer.state import (
-    COLLECTION_FAILED,
     DATASETS,
     DECLARED_SUITES,
     HEADER_SHOWN,
@@ -259,7 +258,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     geo = running_session(session.config)
     failed = collection_failed(session)
     if failed is not None:
-        session.config.stash[COLLECTION_FAILED] = failed  # pytest_runtest_setup skips the rows
+        session.config.pluginmanager.register(RowsNotRun(failed), "geo-collection-failed")
     elif geo is not None and not is_xdist_worker(session.config):
         rows = [item for item in session.items if isinstance(item, GeoRowItem)]
         run = sequential_run(session.config)
@@ -274,13 +273,19 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
     return (yield)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under xdist a worker runs its items even after a collection error: rows do not run
-    then (pytest alone runs nothing), so a run that has failed makes no model call."""
-    failed = item.config.stash.get(COLLECTION_FAILED, None)
-    if failed is not None and isinstance(item, GeoItem):
-        pytest.skip(f"not run: {failed} (--continue-on-collection-errors runs the rows)")
+class RowsNotRun:
+    """Registered only once collection has failed. Under xdist a worker runs its items even
+    after a collection error: rows do not run then (pytest alone runs nothing), so a run
+    that has failed makes no model call. (Not a hook of every run: it would cost every
+    item of every run a call.)"""
+
+    def __init__(self, failed: str) -> None:
+        self.failed = failed
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if isinstance(item, GeoItem):
+            pytest.skip(f"not run: {self.failed} (--continue-on-collection-errors runs the rows)")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -307,11 +312,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    if call.when != "call":  # the record and the stop travel on the call's report only
+        return report
     stopped = getattr(item, "geo_stopped", None)
-    if call.when == "call" and stopped is not None:
+    if stopped is not None:
         report.geo_stopped = stopped  # plain data, like the record: it reaches an xdist controller
     record = getattr(item, "geo_record", None)
-    if call.when == "call" and record is not None:
+    if record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
         if writes_junit(item.config):  # on the teardown report, read by --junitxml (a worker's: by its controller's)
             item.user_properties.extend(junit_properties(record))
@@ -331,8 +338,10 @@ class GeoCollector:
         self.finished = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":  # the record and the stop travel on the call's report only
+            return
         record = getattr(report, "geo_record", None)
-        if record is not None and report.when == "call":
+        if record is not None:
             self.results.add(record)
             run = sequential_run(self.config)
             if run is not None:

@@ -29,7 +29,6 @@ PROGRESS: pytest.StashKey[PluginProgress | None] = pytest.StashKey()
 # suite name -> (the suite, the file declaring it): a second suite under one name is an error
 DECLARED_SUITES = pytest.StashKey[dict[str, tuple["Suite", str]]]()
 MAX_ERROR_RATE: pytest.StashKey[float | None] = pytest.StashKey()  # --geo-max-error-rate
-COLLECTION_FAILED: pytest.StashKey[str] = pytest.StashKey()  # set when no row may call a model (lookahead.py)
 
 
 def settings_of(config: pytest.Config) -> Settings:
