@@ -66,9 +66,14 @@ def _variants() -> list[object]:
         row = copy.deepcopy(GOOD)
         del row["candidates"][1][field]
         out.append(row)
+    for padded in (" a", "a ", "\ta"):
+        row = copy.deepcopy(GOOD)
+        row["candidates"][1]["id"] = padded
+        out.append(row)
     row = copy.deepcopy(GOOD)
     row["candidates"] = row["candidates"][:1]
-    out += [row, {**GOOD, "candidates": [*GOOD["candidates"], "c"]}, {**GOOD, "extra": 1}]
+    out += [row, {**GOOD, "candidates": [*GOOD["candidates"], "c"]}, {**GOOD, "extra": 1},
+            {**GOOD, "candidates": [*GOOD["candidates"], ["a", "A", "x"]]}, {**GOOD, "candidates": [{}, {}]}]
     return out
 
 

@@ -193,11 +193,13 @@ class DuplicateKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise DuplicateKey(key)
-        result[key] = value
+    result = dict(pairs)  # in C; a key given twice leaves fewer entries than pairs
+    if len(result) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)  # the first key seen twice
+            seen.add(key)
     return result
 
 
