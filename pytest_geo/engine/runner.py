@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pytest_geo.engine import gc_pace
 from pytest_geo.engine.limiter import Limiter
+from pytest_geo.engine.row_future import RowFuture
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 
 T = TypeVar("T")
@@ -22,7 +23,7 @@ TASK_MARGIN = 64  # rows given a task beyond twice the row limit (Runner._start_
 # WINDOW_FLOOR (Runner.window).
 WINDOW_PER_SLOT = 4
 WINDOW_FLOOR = 1024
-Queued = tuple[Callable[[], Awaitable[Any]], concurrent.futures.Future[Any], bool]  # make, future, windowed
+Queued = tuple[Callable[[], Awaitable[Any]], RowFuture[Any], bool]  # make, future, windowed
 
 
 class BoundedClient:
@@ -54,19 +55,6 @@ class BoundedClient:
         await self.inner.aclose()
 
 
-def _settle(future: concurrent.futures.Future[T], result: T | None, exc: BaseException | None) -> None:
-    """A finished row's result (or exception) onto the future the main thread waits on,
-    unless it was cancelled meanwhile."""
-    if not future.set_running_or_notify_cancel():
-        return
-    if exc is None:
-        future.set_result(result)  # type: ignore[arg-type]  # None only when exc is set
-    elif isinstance(exc, asyncio.CancelledError):
-        future.set_exception(concurrent.futures.CancelledError())
-    else:
-        future.set_exception(exc)
-
-
 class Runner:
     """Rows run on a background loop, at most `slots.limit` at once, started in
     submission order. Windowed rows (a GEO session's) also apply backpressure: they are
@@ -85,18 +73,18 @@ class Runner:
         self.slots = concurrency if isinstance(concurrency, Limiter) else Limiter(concurrency)
         self.window_floor = WINDOW_FLOOR if window_floor is None else window_floor
         # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
-        self._pending: dict[concurrent.futures.Future[Any], None] = {}
+        self._pending: dict[RowFuture[Any], None] = {}
         self._lock = threading.Lock()
         # Windowed rows started and not yet consumed, the most there ever were, and whether
         # the loop stopped starting rows for the window (all under _lock: either thread).
-        self._unconsumed: set[concurrent.futures.Future[Any]] = set()
+        self._unconsumed: set[RowFuture[Any]] = set()
         self.most_unconsumed = 0
         self._window_full = False
         # Submitted rows without a task yet, rows started ahead of their turn (hasten),
         # and the tasks started and unfinished (loop thread only).
         self._queued: collections.deque[Queued] = collections.deque()
-        self._hastened: set[concurrent.futures.Future[Any]] = set()
-        self._tasks: dict[concurrent.futures.Future[Any], asyncio.Task[None]] = {}  # started rows' tasks
+        self._hastened: set[RowFuture[Any]] = set()
+        self._tasks: dict[RowFuture[Any], asyncio.Task[None]] = {}  # started rows' tasks
         self._started = 0
         self.closed = False
 
@@ -110,18 +98,18 @@ class Runner:
         with self._lock:
             return len(self._unconsumed)
 
-    def submit(self, make: Callable[[], Awaitable[T]], windowed: bool = False) -> concurrent.futures.Future[T]:
+    def submit(self, make: Callable[[], Awaitable[T]], windowed: bool = False) -> RowFuture[T]:
         """Schedule a row; it starts when a slot is free, in submission order."""
         return self.submit_many([make], windowed)[0]
 
     def submit_many(self, makers: list[Callable[[], Awaitable[T]]],
-                    windowed: bool = False) -> list[concurrent.futures.Future[T]]:
+                    windowed: bool = False) -> list[RowFuture[T]]:
         """Like `submit` for each, with one wake-up of the loop for the whole batch: at
         10,000 rows, one cross-thread call per row costs more than the mock's work.
         `windowed`: the rows count against the window until `consumed` (or cancelled)."""
         if not makers:
             return []  # no wake-up of the loop for nothing
-        futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in makers]
+        futures: list[RowFuture[T]] = [RowFuture() for _ in makers]
         with self._lock:
             self._pending.update(dict.fromkeys(futures))
         for future in futures:
@@ -130,7 +118,7 @@ class Runner:
         self._loop.call_soon_threadsafe(self._start_all, batch)
         return futures
 
-    def hasten(self, future: concurrent.futures.Future[Any], make: Callable[[], Awaitable[Any]]) -> None:
+    def hasten(self, future: RowFuture[Any], make: Callable[[], Awaitable[Any]]) -> None:
         """A consumer is about to wait for `future` (submitted as `make`): if it is still
         queued, start it now, ahead of its turn and beyond the window (else an outcome
         taken out of submission order could wait for a place that only its own
@@ -143,7 +131,7 @@ class Runner:
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._hasten, future, make)
 
-    def consumed(self, future: concurrent.futures.Future[Any]) -> None:
+    def consumed(self, future: RowFuture[Any]) -> None:
         """The outcome was taken (or the row is no longer wanted): its window place is
         free. The loop is woken only once an eighth of the window is free again, so a
         consumer taking one outcome at a time costs no cross-thread call per row."""
@@ -190,7 +178,7 @@ class Runner:
         for make, future, _ in starting:
             self._start(make, future)
 
-    def _hasten(self, future: concurrent.futures.Future[Any], make: Callable[[], Awaitable[Any]]) -> None:
+    def _hasten(self, future: RowFuture[Any], make: Callable[[], Awaitable[Any]]) -> None:
         with self._lock:
             if future.done() or future in self._unconsumed or future in self._hastened:
                 return
@@ -199,11 +187,11 @@ class Runner:
         self._hastened.add(future)  # its queue entry is skipped when its turn comes
         self._start(make, future)
 
-    def _start(self, make: Callable[[], Awaitable[Any]], future: concurrent.futures.Future[Any]) -> None:
+    def _start(self, make: Callable[[], Awaitable[Any]], future: RowFuture[Any]) -> None:
         self._tasks[future] = self._loop.create_task(self._bounded(make, future))
         self._started += 1
 
-    async def _bounded(self, make: Callable[[], Awaitable[T]], future: concurrent.futures.Future[T]) -> None:
+    async def _bounded(self, make: Callable[[], Awaitable[T]], future: RowFuture[T]) -> None:
         """The row's task: its outcome is put on `future` here, at its end, rather than by
         a done callback on the task (one callback and one partial fewer a row)."""
         try:
@@ -211,19 +199,22 @@ class Runner:
                 if future.cancelled():  # cancelled while waiting; its task's cancel may still be in flight
                     raise asyncio.CancelledError
                 result = await make()
+        except asyncio.CancelledError:  # the future was cancelled (else its waiter hears CancelledError)
+            future.settle(None, concurrent.futures.CancelledError())
+            raise
         except Exception as exc:
-            _settle(future, None, exc)
-        except BaseException as exc:  # cancelled, or KeyboardInterrupt / SystemExit: the task ends with it
-            _settle(future, None, exc)
+            future.settle(None, exc)
+        except BaseException as exc:  # KeyboardInterrupt / SystemExit: the task ends with it
+            future.settle(None, exc)
             raise
         else:
-            _settle(future, result, None)
+            future.settle(result)
         finally:
             del self._tasks[future]
             self._started -= 1
             self._start_more()
 
-    def _row_done(self, future: concurrent.futures.Future[Any]) -> None:
+    def _row_done(self, future: RowFuture[Any]) -> None:
         """A row's one done callback (on the thread that finished or cancelled it)."""
         with self._lock:
             self._pending.pop(future, None)
@@ -232,13 +223,13 @@ class Runner:
             if not self._loop.is_closed():  # a started row's task is cancelled too
                 self._loop.call_soon_threadsafe(self._cancel_task, future)
 
-    def _cancel_task(self, future: concurrent.futures.Future[Any]) -> None:
+    def _cancel_task(self, future: RowFuture[Any]) -> None:
         task = self._tasks.get(future)
         if task is not None:
             task.cancel()
             task.add_done_callback(functools.partial(self._cancelled_task_done, future))
 
-    def _cancelled_task_done(self, future: concurrent.futures.Future[Any], _: asyncio.Task[None]) -> None:
+    def _cancelled_task_done(self, future: RowFuture[Any], _: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never ran `_bounded`'s `finally`: its
         bookkeeping is done here instead (only then is the row still in `_tasks`)."""
         if self._tasks.pop(future, None) is not None:

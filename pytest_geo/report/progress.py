@@ -26,6 +26,7 @@ from pytest_geo.llm.prices import format_dollars
 
 if TYPE_CHECKING:
     from pytest_geo.engine.progress import Snapshot
+    from pytest_geo.engine.row_future import RowFuture
 
 TICK = 0.5  # at most two refreshes a second
 SHOW_AFTER = 2.0  # seconds into the run before the line shows at every wait
@@ -90,7 +91,7 @@ class ProgressDisplay:
         self._text: tuple[float, str] | None = None  # the terminal line's text and when it was made
         self._below: int | None = None  # on a terminal, while drawn: the column to return to
 
-    def wait(self, future: concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
+    def wait(self, future: RowFuture[Any] | concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
         """Wait for `future`, showing `text()` while it holds the caller back; the line
         is erased before this returns (also on Ctrl-C)."""
         if future.done():  # the common case once rows run ahead: nothing to show, no waiter to build
@@ -98,7 +99,7 @@ class ProgressDisplay:
         try:
             if self.clock() - self.started >= SHOW_AFTER:
                 self._show(text)
-            while not concurrent.futures.wait([future], timeout=TICK).done:
+            while not _finished_within(future, TICK):
                 self._show(text)
         finally:
             self.clear()
@@ -126,3 +127,14 @@ class ProgressDisplay:
         column, self._below = self._below, None
         back = f"{UP}\x1b[{column}C" if column else ""
         self.output.write_raw("\r" + CLEAR_TO_END + back)
+
+
+def _finished_within(future: RowFuture[Any] | concurrent.futures.Future[Any], timeout: float) -> bool:
+    """Whether `future` (a row's, or any concurrent future) is done after waiting up to `timeout` seconds."""
+    try:
+        future.exception(timeout)
+    except concurrent.futures.TimeoutError:
+        return False
+    except concurrent.futures.CancelledError:
+        pass
+    return True
