@@ -220,7 +220,9 @@ class Runner:
             self._pending.pop(future, None)
         if future.cancelled():  # -x, Ctrl-C, a row no longer needed: nobody will consume it
             self.consumed(future)
-            if not self._loop.is_closed():  # a started row's task is cancelled too
+            # A started row's task is cancelled too (one read of the loop's dict: whole under
+            # the GIL). A task made just after this read sees the cancel before its work.
+            if future in self._tasks and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._cancel_task, future)
 
     def _cancel_task(self, future: RowFuture[Any]) -> None:
