@@ -2,14 +2,15 @@
 `concurrent.futures.Future` the runner and its callers use, without its cost per row.
 
 A `concurrent.futures.Future` builds a `threading.Condition` of its own (an RLock, a deque
-and its bound methods: eight objects for the garbage collector to walk while the row waits
-in the window) and takes it, in Python, for every `done()`, `cancelled()`, callback and
+and its bound methods: eleven objects in all for the garbage collector to walk while the
+row waits in the window, against two here) and takes it, in Python, for every `done()`, `cancelled()`, callback and
 result. A run makes one future per row, and the main thread reads each several times, so
 here every row future shares one lock and one condition: the state is read without the
 lock (one attribute, read whole under the GIL), changed under it, and the condition is
 notified only when a thread waits on that future. A row's future is only ever pending,
 cancelled or finished (the runner settles it once its task has ended), which is all a
-caller can tell apart anyway."""
+caller can tell apart anyway. `concurrent.futures.wait` and `as_completed` do not take it
+(they read a Future's private parts): wait with `result(timeout)` or `exception(timeout)`."""
 
 from __future__ import annotations
 
