@@ -24,7 +24,7 @@ from pytest_geo.data.dataset import (
     iter_dataset,
     iter_packed,
 )
-from pytest_geo.engine.experiment import candidate_values, candidates_json
+from pytest_geo.engine.experiment import candidate_values
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.mock import MockClient
@@ -42,8 +42,9 @@ def test_candidate_renderings_match_json_dumps() -> None:
     candidates = (Candidate("a", 'Q "x" \\ é 中', "line\nbreak\ttab \u2028 \x01"), Candidate("b", "", "</script>"))
     for chosen in (candidates, candidates[:1], ()):
         listed = [c.as_dict() for c in chosen]
-        assert candidates_json(chosen) == json.dumps(listed, ensure_ascii=False, indent=2)
-        assert candidate_values("q", None, chosen)["candidates_jsonl"] == "\n".join(
+        values = candidate_values("q", None, chosen)
+        assert values["candidates_json"] == json.dumps(listed, ensure_ascii=False, indent=2)
+        assert values["candidates_jsonl"] == "\n".join(
             json.dumps(c, ensure_ascii=False) for c in listed)
 
 

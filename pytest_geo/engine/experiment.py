@@ -127,14 +127,11 @@ def _json_item(c: Candidate) -> str:
 
 
 def _json_array(items: list[str]) -> str:
+    """`{{candidates_json}}`: `json.dumps([c.as_dict() for c in candidates],
+    ensure_ascii=False, indent=2)` of the `_json_item`s, byte for byte, written directly:
+    `indent` forces json's pure-Python encoder, the hot spot of rendering a ranker prompt.
+    (`{{candidates_jsonl}}` is `json.dumps` of each, likewise.)"""
     return "[\n" + ",\n".join(items) + "\n]" if items else "[]"
-
-
-def candidates_json(candidates: tuple[Candidate, ...]) -> str:
-    """`json.dumps([c.as_dict() for c in candidates], ensure_ascii=False, indent=2)`, byte
-    for byte, written directly: `indent` forces json's pure-Python encoder, the hot spot of
-    rendering a ranker prompt. (`{{candidates_jsonl}}` is `json.dumps` of each, likewise.)"""
-    return _json_array([_json_item(c) for c in candidates])
 
 
 # Each way a ranker template can show the candidates: how one candidate is written, and
