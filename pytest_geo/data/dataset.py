@@ -43,6 +43,12 @@ class Candidate(NamedTuple):
 _candidate_texts = itemgetter("id", "title", "description")
 
 
+def _candidates(texts: Iterable[tuple[str, str, str]]) -> tuple[Candidate, ...]:
+    """Candidates from (id, title, description) triples: `Candidate._make` without its
+    Python frame per candidate (paid on every row's unpacking and parsing)."""
+    return tuple(map(tuple.__new__, repeat(Candidate), texts))
+
+
 def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,
           target_was_chosen: bool, variant: str | None) -> bytes:
     """A row as `GeoRow.unpacked` reads it back; `flat`: the candidates' texts, three a candidate."""
@@ -90,9 +96,8 @@ class GeoRow:
     def unpacked(cls, data: bytes) -> GeoRow:
         path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
         texts = iter(flat)  # read three at a time: id, title, description
-        # `Candidate._make` without its Python frame per candidate (the main thread pays it every row)
-        candidates = tuple(map(tuple.__new__, repeat(Candidate), zip(texts, texts, texts, strict=True)))
-        return cls(path, line, query, candidates, target_id, query_id, chosen, variant)
+        return cls(path, line, query, _candidates(zip(texts, texts, texts, strict=True)), target_id, query_id,
+                   chosen, variant)
 
 
 class PackedRow(NamedTuple):
@@ -223,8 +228,7 @@ RowMaker = Callable[[str, int, str, list[dict[str, Any]], str, "str | None", boo
 
 def geo_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
             query_id: str | None, target_was_chosen: bool) -> GeoRow:
-    texts = map(_candidate_texts, candidates)
-    return GeoRow(path, line, query, tuple(map(tuple.__new__, repeat(Candidate), texts)), target_id, query_id,
+    return GeoRow(path, line, query, _candidates(map(_candidate_texts, candidates)), target_id, query_id,
                   target_was_chosen)
 
 
