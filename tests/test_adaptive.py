@@ -513,6 +513,63 @@ def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> Non
     assert controller.limit == 40 and controller.rows.limit == 40
 
 
+def test_microsecond_calls_grow_the_limit_while_the_loop_runs_late() -> None:
+    """With no round trip (the mock's answers, under QUEUE_SIGNAL) the client-busy and
+    full-pipe rules are not asked: a loop held up for 0.2 s does not stop the growth, as
+    it does for calls of 0.1 s (test_no_growth_while_the_client_itself_runs_late)."""
+    async def scenario() -> tuple[float, float, float]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=4)
+        await controller.requests.acquire()  # a call out: the heartbeat keeps going
+        controller.call_succeeded(0.0001)
+        await asyncio.sleep(0.05)
+        time.sleep(0.2)  # the loop held up, as by a busy client
+        await asyncio.sleep(0.001)  # the late heartbeat runs first
+        late = controller._lag.since(controller.clock() - 0.3)
+        before = controller.limit
+        controller.call_succeeded(0.0001)
+        return late, before, controller.limit
+
+    late, before, after = asyncio.run(scenario())
+    assert late > 0.1
+    assert after == before + 2 / 3  # 2/3 of a row per answer
+
+
+def test_unchanged_limits_are_not_set_again_unless_a_pause_ended() -> None:
+    """After a call that moves no limit the limiters are left alone (the mock's calls at
+    the bound); once a pause has ended, before its timer ran, setting them wakes a
+    request that fits, as resizing always did."""
+    resized: list[int] = []
+
+    class Counted(Limiter):
+        def resize(self, limit: int) -> None:
+            resized.append(limit)
+            super().resize(limit)
+
+    async def scenario() -> tuple[list[int], int, int]:
+        controller = AdaptiveConcurrency(Counted(1), Counted(1), 4, start=4)  # at its bound: no growth
+        requests = controller.requests
+        for _ in range(7):
+            await requests.acquire()
+        resized.clear()
+        for _ in range(5):
+            controller.call_succeeded(0.0001)
+        quiet = list(resized)
+        requests.pause_until(asyncio.get_running_loop().time() + 0.01)
+        waiter = asyncio.ensure_future(requests.acquire())
+        await asyncio.sleep(0)  # queued behind the pause, its timer set
+        time.sleep(0.02)  # the pause ends; the loop has not run its timer
+        before = requests.in_use
+        controller.call_succeeded(0.0001)
+        after = requests.in_use  # let in by the resize, not (yet) by the timer
+        await waiter
+        return quiet, before, after
+
+    quiet, before, after = asyncio.run(scenario())
+    assert quiet == []
+    assert (before, after) == (7, 8)
+    assert resized == [4, 8]
+
+
 def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

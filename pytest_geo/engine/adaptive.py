@@ -230,7 +230,7 @@ class AdaptiveConcurrency:
         self._cut_at = 0.0  # when the limit was last cut (the clock)
         self._settled_at = 0.0  # when that cut's window closed: calls sent since ran under it
         self._episodes = 0  # 429 episodes so far (the trace numbers them)
-        self._applied = (0, 0)  # the rows' and requests' limits last set (the trace tells changes)
+        self._applied = (0, 0)  # the rows' and requests' limits last set (the trace tells changes; _apply keeps them)
         self._apply()
 
     @property
@@ -358,15 +358,20 @@ class AdaptiveConcurrency:
         # is the server's Retry-After, not its pace.
         if now - seconds >= self._pause_end and self._slower(now, seconds):
             return
-        self._full_pipe(now)
+        # With no round trip (no latency yet, or answers in microseconds: the mock's) there
+        # is no pipe to fill and no share of a round trip the client ran late: neither rule asked.
+        fastest = self._round_trip()
+        if fastest is not None:
+            self._full_pipe(now, fastest)
         cap = self.request_cap
-        if self._window_over() and self._rate is None and self._granted is not None:
+        if self._granted is not None and self._rate is None and self._window_over():
             self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
         if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
             self._tested = self._ceiling  # it held a quiet spell
             self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
             self._quiet_since = now
-        if not self._window_over() or (cap is not None and self.limit >= cap) or self._client_busy(now):
+        if (not self._window_over() or (cap is not None and self.limit >= cap)
+                or (fastest is not None and self._client_busy(now, fastest))):
             self._apply()  # the cap moves with the latency and the rate
             return
         if not self.slow_start:
@@ -406,7 +411,7 @@ class AdaptiveConcurrency:
         fastest = self._fastest
         return None if fastest is None or fastest < QUEUE_SIGNAL else fastest
 
-    def _client_busy(self, now: float) -> bool:
+    def _client_busy(self, now: float, fastest: float) -> bool:
         """This client is its own bottleneck: over the last round trip its event loop ran
         late for more than CLIENT_BUSY of it. More rows would only wait in its own queue
         (and under a rate limit, a busy client reads a 429 late, after sending dozens
@@ -414,13 +419,10 @@ class AdaptiveConcurrency:
         round trip's answers come back in a clump and are handled back to back, so a
         client busy a third of the time runs that late once a round trip and is no
         bottleneck (at a quarter, `egeo`'s 400 rows stalled for 0.3 s at a time from
-        20 rows on)."""
-        fastest = self._round_trip()
-        if fastest is None:
-            return False
+        20 rows on). `fastest`: the round trip (`_round_trip`)."""
         return self._lag.since(now - fastest) > CLIENT_BUSY * fastest
 
-    def _full_pipe(self, now: float) -> None:
+    def _full_pipe(self, now: float, fastest: float) -> None:
         """Slow start's check that more rows still buy throughput (as TCP BBR's start-up
         finds a full pipe): each round trip (the fastest latency), the calls finished per
         second should grow by a quarter over the best round so far. FULL_PIPE_ROUNDS
@@ -428,9 +430,9 @@ class AdaptiveConcurrency:
         client's CPU, the server) gains nothing from more: slow start ends there, and the
         rows fall back to twice what it serves without queueing (`_pipe_rows`); until
         then they stay within STARTUP_GAIN times that. Latency alone would take several
-        doublings to show it, if ever: a busy client's delay is its own (`_slower`)."""
-        fastest = self._round_trip()
-        if not self.slow_start or fastest is None:
+        doublings to show it, if ever: a busy client's delay is its own (`_slower`).
+        `fastest`: the round trip (`_round_trip`)."""
+        if not self.slow_start:
             return
         self._round_calls += 1
         if self._round_start is None:
@@ -501,9 +503,15 @@ class AdaptiveConcurrency:
         if cap is not None and self.limit < cap:  # a row makes at least one request: fewer would idle slots
             self.limit = float(min(cap, self.maximum))
         rows = int(self.limit)
+        requests = REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap)
+        if (rows, requests) == self._applied and not self.requests.paused_until():
+            # Set already, as after most calls: resizing to the same limits would wake nobody
+            # (waiters that fit got in when they came or when a holder left), unless a
+            # pause ended and its timer has not run yet.
+            return
         self.reached = max(self.reached, rows)
         self.rows.resize(rows)
-        self.requests.resize(REQUESTS_PER_ROW * rows if cap is None else min(REQUESTS_PER_ROW * rows, cap))
+        self.requests.resize(requests)
         applied = (rows, self.requests.limit)
         if applied != self._applied:
             self._applied = applied

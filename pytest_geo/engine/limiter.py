@@ -56,13 +56,13 @@ class Limiter:
             await asyncio.sleep(self._paused_until - loop.time())
 
     async def acquire(self) -> None:
-        loop = asyncio.get_running_loop()
-        # the clock is read only when a pause was ever set (it is 0.0 until then)
+        # the loop (a getpid call to find) and its clock are read only when a pause was
+        # ever set (it is 0.0 until then) or the entrant must wait
         if not self._waiters and self.in_use < self._limit and (
-                not self._paused_until or self._paused_until <= loop.time()):
+                not self._paused_until or self._paused_until <= asyncio.get_running_loop().time()):
             self.in_use += 1
             return
-        waiter: asyncio.Future[None] = loop.create_future()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._wake()
         try:
