@@ -370,7 +370,8 @@ class AdaptiveConcurrency:
             self._tested = self._ceiling  # it held a quiet spell
             self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
             self._quiet_since = now
-        if (not self._window_over() or (cap is not None and self.limit >= cap)
+        # At the bound (the mock's rows soon are) nothing below could raise the limit.
+        if (self.limit >= self.maximum or not self._window_over() or (cap is not None and self.limit >= cap)
                 or (fastest is not None and self._client_busy(now, fastest))):
             self._apply()  # the cap moves with the latency and the rate
             return
