@@ -25,7 +25,7 @@ from pytest_geo.engine.answers import (
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
-from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
+from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
@@ -224,8 +224,8 @@ class GeoEngine:
         attempt's messages and raw answer are appended to `calls` when it is given."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         for attempt in range(self.reasks + 1):
-            request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context,
-                                  max_output_tokens=self.max_output_tokens, response_schema=schema)
+            request = chat_request(role, self.models[role], tuple(messages), self.temperature, context,
+                                   self.max_output_tokens, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if calls is not None:

@@ -36,6 +36,20 @@ class ChatRequest:
     reasoning_effort: str | None = None
 
 
+def chat_request(role: str, model: str, messages: Sequence[Message], temperature: float | None,
+                 context: Mapping[str, Any], max_output_tokens: int | None,
+                 response_schema: Mapping[str, Any] | None, reasoning_effort: str | None = None) -> ChatRequest:
+    """`ChatRequest(...)` with every field given, filled in directly (as llm/healing.py's
+    `shaped`): a frozen dataclass's `__init__` sets each field through
+    `object.__setattr__`, two thirds of making one, on every model call (it has no
+    `__post_init__` to skip)."""
+    request = object.__new__(ChatRequest)
+    request.__dict__.update(role=role, model=model, messages=messages, temperature=temperature, context=context,
+                            max_output_tokens=max_output_tokens, response_schema=response_schema,
+                            reasoning_effort=reasoning_effort)
+    return request
+
+
 # An answer longer than this (in characters) is never parsed, cached or reported whole:
 # answers are kilobytes, and an answer is parsed on the loop every row shares.
 MAX_ANSWER_CHARS = 1 << 20
