@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from fake_openai import FakeOpenAI
 
-from pytest_geo.llm.base import ChatRequest, ModelError, chat_request
+from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, chat_request, chat_response
 from pytest_geo.llm.openai_client import OpenAIChatClient
 
 SENTINEL = "sk-sentinel-7f3a9c1e5b"
@@ -94,3 +94,15 @@ def test_a_request_filled_in_directly_is_the_dataclasss_own() -> None:
     assert list(vars(made)) == [f.name for f in dataclasses.fields(ChatRequest)]
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.role = "rewriter"  # type: ignore[misc]
+
+
+def test_a_response_filled_in_directly_is_the_dataclasss_own() -> None:
+    """chat_response (the mock's every answer) makes what ChatResponse(...) makes: the
+    other fields at their defaults, in the fields' order, still frozen."""
+    made = chat_response('{"ordered_ids": ["a"]}', 120, 4)
+    assert made == ChatResponse('{"ordered_ids": ["a"]}', prompt_tokens=120, completion_tokens=4)
+    assert (made.cached, made.retries, made.batch, made.finish_reason, made.cache_rejected) == (
+        False, 0, False, None, False)
+    assert list(vars(made)) == [f.name for f in dataclasses.fields(ChatResponse)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = ""  # type: ignore[misc]

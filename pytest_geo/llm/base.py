@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeGuard
 
 Message = Mapping[str, str]
@@ -73,6 +73,21 @@ class ChatResponse:
     batch: bool = False  # answered through the Batch API (billed at batch prices)
     finish_reason: str | None = None  # "length": the output-token cap cut the answer
     cache_rejected: bool = False  # a live answer that replaced a rejected cache entry (llm/cache.py)
+
+
+# Every field of a ChatResponse but the three an answer always states, at its default.
+_RESPONSE_DEFAULTS = {f.name: f.default for f in fields(ChatResponse)
+                      if f.name not in ("text", "prompt_tokens", "completion_tokens")}
+
+
+def chat_response(text: str, prompt_tokens: int, completion_tokens: int) -> ChatResponse:
+    """`ChatResponse(text, prompt_tokens, completion_tokens)`, filled in directly, as
+    `chat_request` (the offline mock's answer to every call)."""
+    response = object.__new__(ChatResponse)
+    values = response.__dict__
+    values.update(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+    values.update(_RESPONSE_DEFAULTS)  # after them, in the fields' order
+    return response
 
 
 class ModelError(Exception):
