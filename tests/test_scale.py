@@ -19,7 +19,7 @@ from pytest_geo.data.dataset import (
     Candidate,
     GeoRow,
     PackedRow,
-    _plainly_valid,
+    _plain_texts,
     _validator,
     iter_dataset,
     iter_packed,
@@ -80,7 +80,13 @@ def _variants() -> list[object]:
 
 @pytest.mark.parametrize("obj", _variants())
 def test_fast_row_check_agrees_with_the_schema(obj: object) -> None:
-    assert _plainly_valid(obj) == _validator().is_valid(obj)
+    assert (_plain_texts(obj) is not None) == _validator().is_valid(obj)
+
+
+def test_fast_row_check_reads_the_candidates_texts() -> None:
+    assert _plain_texts(GOOD) == ("a", "A", "x", "b", "", "")
+    extra = {**GOOD, "candidates": [{"price": 3, **c, "url": "u"} for c in GOOD["candidates"]]}
+    assert _plain_texts(extra) == ("a", "A", "x", "b", "", "")
 
 
 def test_batched_submission_results_errors_and_cancellation() -> None:

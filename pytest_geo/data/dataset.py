@@ -221,21 +221,22 @@ def _loads_row(text: str) -> Any:
 
 
 Row = TypeVar("Row", GeoRow, PackedRow)
-# What a valid line becomes: (path, line, query, the candidate objects, target id, query id,
-# target was chosen) -> a row (GeoRow) or the row packed as a collector keeps it (PackedRow).
-RowMaker = Callable[[str, int, str, list[dict[str, Any]], str, "str | None", bool], Row]
+# What a valid line becomes: (path, line, query, the candidates' texts (id, title,
+# description, three a candidate), target id, query id, target was chosen) -> a row (GeoRow)
+# or the row packed as a collector keeps it (PackedRow).
+RowMaker = Callable[[str, int, str, tuple[str, ...], str, "str | None", bool], Row]
 
 
-def geo_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+def geo_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
             query_id: str | None, target_was_chosen: bool) -> GeoRow:
-    return GeoRow(path, line, query, _candidates(map(_candidate_texts, candidates)), target_id, query_id,
+    texts = iter(flat)  # read three at a time: id, title, description
+    return GeoRow(path, line, query, _candidates(zip(texts, texts, texts, strict=True)), target_id, query_id,
                   target_was_chosen)
 
 
-def packed_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
                query_id: str | None, target_was_chosen: bool) -> PackedRow:
-    """The row packed straight from its JSON objects: no GeoRow built only to be packed."""
-    flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+    """The row packed straight from its JSON: no GeoRow built only to be packed."""
     return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
 
 
@@ -282,15 +283,19 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         )
     drawn = _draw(obj, choose)
     query_id = _query_id(obj)
-    plain = _plainly_valid(obj)
-    error = None if plain else first_error("geo_row.schema.json", obj)
-    if error is not None:
-        return RowProblem(path, line_no, _schema_problem(error), query_id)
-    ids = [c["id"] for c in obj["candidates"]]
-    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
-    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
-    if padded is not None:
-        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+    flat = _plain_texts(obj)
+    if flat is None:
+        error = first_error("geo_row.schema.json", obj)
+        if error is not None:
+            return RowProblem(path, line_no, _schema_problem(error), query_id)
+        flat = tuple(chain.from_iterable(map(_candidate_texts, obj["candidates"])))
+        ids = flat[::3]
+        # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+        padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
+        if padded is not None:
+            return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+    else:
+        ids = flat[::3]
     if len(set(ids)) < len(ids):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
@@ -300,7 +305,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
             path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
         )
     # drawn: set when target is None
-    return make(path, line_no, obj["query"], obj["candidates"], target if target is not None else ids[drawn or 0],
+    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
                 query_id, target is None)
 
 
@@ -320,25 +325,30 @@ def _draw(obj: Any, choose: Callable[[int], int]) -> int | None:
     return choose(len(candidates)) if isinstance(candidates, list) and candidates else None
 
 
-def _plainly_valid(obj: Any) -> bool:
-    """The schema's rules for the common case, checked directly; anything this does not
-    accept goes through jsonschema, which finds and words the problem. A fast path only:
-    it never accepts a row the schema rejects."""
+def _plain_texts(obj: Any) -> tuple[str, ...] | None:
+    """The candidates' texts (id, title, description, three a candidate) of a row the
+    schema accepts, checked directly for the common case; None for anything else, which
+    goes through jsonschema, which finds and words the problem. A fast path only: it never
+    accepts a row the schema rejects. The texts are read once, in C, for the check and the
+    row alike: a candidate that is not an object, or lacks one of them, stops the read."""
     if not isinstance(obj, dict) or not isinstance(obj.get("query"), str) or not obj["query"]:
-        return False
+        return None
     for key in ("query_id", "id"):
         if key in obj and not (isinstance(obj[key], str) and obj[key]):
-            return False
+            return None
     if obj.get("target_id") is not None and not isinstance(obj["target_id"], str):
-        return False
+        return None
     candidates = obj.get("candidates")
     if not isinstance(candidates, list) or len(candidates) < 2:
-        return False
-    for c in candidates:  # a loop, not all() over a generator: ten a row, at every row's collection
-        if not (isinstance(c, dict) and isinstance(i := c.get("id"), str) and i and i == i.strip()
-                and isinstance(c.get("title"), str) and isinstance(c.get("description"), str)):
-            return False
-    return True
+        return None
+    try:
+        flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+    except (KeyError, TypeError):
+        return None
+    ids = flat[::3]
+    if list(map(type, flat)).count(str) < len(flat) or not all(ids) or tuple(map(str.strip, ids)) != ids:
+        return None
+    return flat
 
 
 def _query_id(obj: Any) -> str | None:
