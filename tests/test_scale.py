@@ -243,3 +243,27 @@ def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pyte
     result.stdout.fnmatch_lines(["rows.jsonl: n=30 avg_rank_improvement=*"])
     # the running row and up to 8 ahead of it, never the 30 at once
     assert 2 <= json.loads((geo_project.path / "most.json").read_text()) <= 9
+
+
+def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
+    from pytest_geo.report.results import fold_feedback
+
+    # texts that differ only in spacing fold together, in the order their first spelling came
+    texts = ["rank 3 -> 1", "rank  3 -> 1", "", "  ", "rank 2 -> 2", "rank 3 -> 1\n", "rank 2 -> 2"]
+    assert fold_feedback(texts) == "rank 3 -> 1 (x3); rank 2 -> 2 (x2)"
+    assert fold_feedback(iter(["b", "a", "b"])) == "b (x2); a"
+
+
+def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
+    from pytest_geo.data.record import geo_record
+
+    row = GeoRow("d.jsonl", 4, "q", (Candidate("a", "A", "x"), Candidate("b", "B", "y")), "b", "r1", True)
+    outcome = {"query_id": "r1", "target_id": "b", "score": 1.0, "feedback": "rank 2 -> 1", "error": None}
+    record = geo_record(row, outcome, suite="s", split="train", nodeid="d.jsonl::r1", threshold=0.5)  # type: ignore[arg-type]
+    assert list(record.items()) == [
+        ("kind", "geo"), ("suite", "s"), ("metric", "rank_improvement"), ("split", "train"),
+        ("nodeid", "d.jsonl::r1"), ("line", 4), ("threshold", 0.5), ("query_id", "r1"), ("target_id", "b"),
+        ("score", 1.0), ("feedback", "rank 2 -> 1"), ("error", None), ("dataset", "d.jsonl"),
+        ("target_was_chosen", True), ("query", "q"), ("original_description", "y")]
+    variant = geo_record(replace(row, variant="v"), {}, suite="s[v]", split="train", nodeid="n")
+    assert (variant["variant"], variant["variant_of"], variant["threshold"]) == ("v", "s", None)
