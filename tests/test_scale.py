@@ -17,9 +17,13 @@ import pytest
 from conftest import PROMPTS, geo_rows
 from pytest_geo.data.dataset import (
     Candidate,
+    DuplicateKey,
     GeoRow,
     PackedRow,
+    _decoded_strings,
+    _loads_row,
     _plain_texts,
+    _strings_in,
     _validator,
     iter_dataset,
     iter_packed,
@@ -267,3 +271,50 @@ def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
         ("target_was_chosen", True), ("query", "q"), ("original_description", "y")]
     variant = geo_record(replace(row, variant="v"), {}, suite="s[v]", split="train", nodeid="n")
     assert (variant["variant"], variant["variant_of"], variant["threshold"]) == ("v", "s", None)
+
+
+PLAIN_LINES = [  # plainly valid rows the fast decoding keeps: no key repeats in them
+    '{"query": "q", "target_id": "a", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+    '{"id": "b", "title": "", "description": ""}]}',
+    # spaces around colons, escaped quotes and other escapes, extra fields of every kind
+    '{ "query" : "say \\"hi\\"\\n", "query_id":"r1", "n": 3, "candidates":[{"id":"a","title":"\\u00e9\\"",'
+    '"description":"x:y", "url": "u", "price": 1.5},{"id":"b","title":"B","description":"","tags":null}]}',
+]
+REDECODED_LINES = [  # decoded again with the hook, with the same result
+    '{"query": "q", "meta": {"a": "x"}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+    '{"id": "b", "title": "", "description": "c:\\\\dir"}]}',  # strings nested elsewhere; an escaped backslash
+    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not plainly valid
+]
+REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is spelled
+    ('{"query": "q", "query": "r", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "query"),
+    ('{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x", "id": "c"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "id"),
+    ('{"query": "q", "x": {"k": 1, "k": 2}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "k"),
+    ('{"query": "q\\"", "candidates": [{"id": "a", "title": "A", "description": "x", "url": "1", "url": "2"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "url"),
+    ('{"query": "q\\\\", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": "", "description": ""}]}', "description"),
+]
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES + REDECODED_LINES)
+def test_a_line_decodes_as_json_loads_does(line: str) -> None:
+    obj, flat = _loads_row(line)
+    assert obj == json.loads(line) and flat == _plain_texts(obj)
+    fast = flat is not None and _decoded_strings(obj, flat) == _strings_in(line)
+    assert fast == (line in PLAIN_LINES)  # the hook was not needed for a plain line, and was for the others
+
+
+@pytest.mark.parametrize(("line", "key"), REPEATED_LINES)
+def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
+    json.loads(line)  # valid JSON, which json.loads reads without a word
+    with pytest.raises(DuplicateKey, match=f"^{key}$"):
+        _loads_row(line)
+
+
+def test_strings_are_counted_from_quotes_unless_a_backslash_is_escaped() -> None:
+    assert _strings_in('{"a": "b", "c": 1}') == 3
+    assert _strings_in('{"a": "say \\"hi\\"", "t": "\\n"}') == 4
+    assert _strings_in('{"a": "c:\\\\"}') is None
