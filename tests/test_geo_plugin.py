@@ -277,3 +277,42 @@ def test_prompts_directory_from_ini(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: *missing: prompts directory not found"])
+
+
+REPORTS_CONFTEST = '''
+import json
+import pytest
+
+SEEN = []
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    record = getattr(report, "geo_record", None)
+    SEEN.append([report.nodeid, report.when, report.outcome, record and record["query_id"],
+                 getattr(item, "geo_record", "unset")])
+    return report
+
+def pytest_sessionfinish(session):
+    (session.config.rootpath / "seen.json").write_text(json.dumps(SEEN))
+'''
+
+
+def test_a_rows_call_report_carries_its_record_and_other_reports_are_pytests(geo_project: pytest.Pytester) -> None:
+    """The record is on a GEO item's call report (made by pytest-geo's makereport) where
+    another plugin's wrapper reads it, the item no longer holds it; setup and teardown
+    reports, and a plain test's, are pytest's own."""
+    geo_project.makeconftest(REPORTS_CONFTEST)
+    geo_project.makepyfile(test_plain="def test_ok():\n    pass\n\ndef test_broken():\n    assert 0\n")
+    result = geo_project.runpytest("data/smoke.jsonl", "test_plain.py", "--geo-mock", "-k", "q1 or q2 or plain",
+                                   "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=1)
+    seen = json.loads((geo_project.path / "seen.json").read_text())
+    assert [s for s in seen if s[1] == "call"] == [
+        ["data/smoke.jsonl::q1", "call", "passed", "q1", None],
+        ["data/smoke.jsonl::q2", "call", "passed", "q2", None],
+        ["test_plain.py::test_ok", "call", "passed", None, "unset"],
+        ["test_plain.py::test_broken", "call", "failed", None, "unset"],
+    ]
+    assert {(s[1], s[2], s[3]) for s in seen if s[1] != "call"} == {("setup", "passed", None),
+                                                                     ("teardown", "passed", None)}

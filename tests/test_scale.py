@@ -17,9 +17,13 @@ import pytest
 from conftest import PROMPTS, geo_rows
 from pytest_geo.data.dataset import (
     Candidate,
+    DuplicateKey,
     GeoRow,
     PackedRow,
-    _plainly_valid,
+    _decoded_strings,
+    _loads_row,
+    _plain_texts,
+    _strings_in,
     _validator,
     iter_dataset,
     iter_packed,
@@ -80,7 +84,13 @@ def _variants() -> list[object]:
 
 @pytest.mark.parametrize("obj", _variants())
 def test_fast_row_check_agrees_with_the_schema(obj: object) -> None:
-    assert _plainly_valid(obj) == _validator().is_valid(obj)
+    assert (_plain_texts(obj) is not None) == _validator().is_valid(obj)
+
+
+def test_fast_row_check_reads_the_candidates_texts() -> None:
+    assert _plain_texts(GOOD) == ("a", "A", "x", "b", "", "")
+    extra = {**GOOD, "candidates": [{"price": 3, **c, "url": "u"} for c in GOOD["candidates"]]}
+    assert _plain_texts(extra) == ("a", "A", "x", "b", "", "")
 
 
 def test_batched_submission_results_errors_and_cancellation() -> None:
@@ -237,3 +247,74 @@ def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pyte
     result.stdout.fnmatch_lines(["rows.jsonl: n=30 avg_rank_improvement=*"])
     # the running row and up to 8 ahead of it, never the 30 at once
     assert 2 <= json.loads((geo_project.path / "most.json").read_text()) <= 9
+
+
+def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
+    from pytest_geo.report.results import fold_feedback
+
+    # texts that differ only in spacing fold together, in the order their first spelling came
+    texts = ["rank 3 -> 1", "rank  3 -> 1", "", "  ", "rank 2 -> 2", "rank 3 -> 1\n", "rank 2 -> 2"]
+    assert fold_feedback(texts) == "rank 3 -> 1 (x3); rank 2 -> 2 (x2)"
+    assert fold_feedback(iter(["b", "a", "b"])) == "b (x2); a"
+
+
+def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
+    from pytest_geo.data.record import geo_record
+
+    row = GeoRow("d.jsonl", 4, "q", (Candidate("a", "A", "x"), Candidate("b", "B", "y")), "b", "r1", True)
+    outcome = {"query_id": "r1", "target_id": "b", "score": 1.0, "feedback": "rank 2 -> 1", "error": None}
+    record = geo_record(row, outcome, suite="s", split="train", nodeid="d.jsonl::r1", threshold=0.5)  # type: ignore[arg-type]
+    assert list(record.items()) == [
+        ("kind", "geo"), ("suite", "s"), ("metric", "rank_improvement"), ("split", "train"),
+        ("nodeid", "d.jsonl::r1"), ("line", 4), ("threshold", 0.5), ("query_id", "r1"), ("target_id", "b"),
+        ("score", 1.0), ("feedback", "rank 2 -> 1"), ("error", None), ("dataset", "d.jsonl"),
+        ("target_was_chosen", True), ("query", "q"), ("original_description", "y")]
+    variant = geo_record(replace(row, variant="v"), {}, suite="s[v]", split="train", nodeid="n")
+    assert (variant["variant"], variant["variant_of"], variant["threshold"]) == ("v", "s", None)
+
+
+PLAIN_LINES = [  # plainly valid rows the fast decoding keeps: no key repeats in them
+    '{"query": "q", "target_id": "a", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+    '{"id": "b", "title": "", "description": ""}]}',
+    # spaces around colons, escaped quotes and other escapes, extra fields of every kind
+    '{ "query" : "say \\"hi\\"\\n", "query_id":"r1", "n": 3, "candidates":[{"id":"a","title":"\\u00e9\\"",'
+    '"description":"x:y", "url": "u", "price": 1.5},{"id":"b","title":"B","description":"","tags":null}]}',
+]
+REDECODED_LINES = [  # decoded again with the hook, with the same result
+    '{"query": "q", "meta": {"a": "x"}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+    '{"id": "b", "title": "", "description": "c:\\\\dir"}]}',  # strings nested elsewhere; an escaped backslash
+    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not plainly valid
+]
+REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is spelled
+    ('{"query": "q", "query": "r", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "query"),
+    ('{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x", "id": "c"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "id"),
+    ('{"query": "q", "x": {"k": 1, "k": 2}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "k"),
+    ('{"query": "q\\"", "candidates": [{"id": "a", "title": "A", "description": "x", "url": "1", "url": "2"}, '
+     '{"id": "b", "title": "", "description": ""}]}', "url"),
+    ('{"query": "q\\\\", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
+     '{"id": "b", "title": "", "description": "", "description": ""}]}', "description"),
+]
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES + REDECODED_LINES)
+def test_a_line_decodes_as_json_loads_does(line: str) -> None:
+    obj, flat = _loads_row(line)
+    assert obj == json.loads(line) and flat == _plain_texts(obj)
+    fast = flat is not None and _decoded_strings(obj, flat) == _strings_in(line)
+    assert fast == (line in PLAIN_LINES)  # the hook was not needed for a plain line, and was for the others
+
+
+@pytest.mark.parametrize(("line", "key"), REPEATED_LINES)
+def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
+    json.loads(line)  # valid JSON, which json.loads reads without a word
+    with pytest.raises(DuplicateKey, match=f"^{key}$"):
+        _loads_row(line)
+
+
+def test_strings_are_counted_from_quotes_unless_a_backslash_is_escaped() -> None:
+    assert _strings_in('{"a": "b", "c": 1}') == 3
+    assert _strings_in('{"a": "say \\"hi\\"", "t": "\\n"}') == 4
+    assert _strings_in('{"a": "c:\\\\"}') is None

@@ -208,34 +208,77 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-# One decoder for every line: `json.loads(text, object_pairs_hook=...)` builds a new one
-# (and its scanner) per call.
+# One decoder of each kind for every line: `json.loads(text, object_pairs_hook=...)` builds
+# a new one (and its scanner) per call.
 _ROW_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_PLAIN_DECODER = json.JSONDecoder()
 
 
-def _loads_row(text: str) -> Any:
-    """`json.loads(text, object_pairs_hook=_unique_keys)`, with its one check of its own."""
+def _loads_row(text: str) -> tuple[Any, tuple[str, ...] | None]:
+    """`json.loads(text, object_pairs_hook=_unique_keys)`, with its one check of its own, and
+    the candidates' texts of a plainly valid row (`_plain_texts`; None for any other).
+
+    A line is decoded first without the hook, all in C: the hook's Python call per object
+    (eleven a row of ten candidates) is a third of the decoding. A plainly valid row stands
+    when its strings show that no key was dropped (`_decoded_strings`); any other line, and
+    any error, is decoded again with the hook, which names a repeated key or raises what
+    `json.loads` raises."""
     if text.startswith("\ufeff"):
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    return _ROW_DECODER.decode(text)
+    try:
+        obj = _PLAIN_DECODER.decode(text)
+    except (ValueError, RecursionError):
+        pass
+    else:
+        flat = _plain_texts(obj)
+        if flat is not None and _decoded_strings(obj, flat) == _strings_in(text):
+            return obj, flat
+    obj = _ROW_DECODER.decode(text)
+    return obj, _plain_texts(obj)
+
+
+def _decoded_strings(obj: dict[str, Any], flat: tuple[str, ...]) -> int:
+    """The keys and string values of a plainly valid row's object and of its candidates.
+
+    Each stands for a string of its own in the line, so there are at most as many as the
+    line holds (`_strings_in`), and fewer when a repeated key was dropped (one of its
+    spellings is a string nothing decoded stands for) or when strings sit elsewhere
+    (nested in an extra field). Equal counts prove that no key repeats in the line."""
+    candidates: list[dict[str, Any]] = obj["candidates"]
+    keys = sum(map(len, candidates))
+    count = len(obj) + list(map(type, obj.values())).count(str) + keys
+    if keys == len(flat):  # three keys a candidate: its texts, strings all
+        return count + len(flat)
+    return count + list(map(type, chain.from_iterable(map(dict.values, candidates)))).count(str)
+
+
+def _strings_in(text: str) -> int | None:
+    """How many strings a valid JSON text holds: its quotes, less the escaped ones, in
+    pairs; None when a backslash is escaped (`\\\\`), where `\\"` may end a string."""
+    if "\\" not in text:
+        return text.count('"') // 2
+    if "\\\\" in text:
+        return None
+    return (text.count('"') - text.count('\\"')) // 2
 
 
 Row = TypeVar("Row", GeoRow, PackedRow)
-# What a valid line becomes: (path, line, query, the candidate objects, target id, query id,
-# target was chosen) -> a row (GeoRow) or the row packed as a collector keeps it (PackedRow).
-RowMaker = Callable[[str, int, str, list[dict[str, Any]], str, "str | None", bool], Row]
+# What a valid line becomes: (path, line, query, the candidates' texts (id, title,
+# description, three a candidate), target id, query id, target was chosen) -> a row (GeoRow)
+# or the row packed as a collector keeps it (PackedRow).
+RowMaker = Callable[[str, int, str, tuple[str, ...], str, "str | None", bool], Row]
 
 
-def geo_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+def geo_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
             query_id: str | None, target_was_chosen: bool) -> GeoRow:
-    return GeoRow(path, line, query, _candidates(map(_candidate_texts, candidates)), target_id, query_id,
+    texts = iter(flat)  # read three at a time: id, title, description
+    return GeoRow(path, line, query, _candidates(zip(texts, texts, texts, strict=True)), target_id, query_id,
                   target_was_chosen)
 
 
-def packed_row(path: str, line: int, query: str, candidates: list[dict[str, Any]], target_id: str,
+def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
                query_id: str | None, target_was_chosen: bool) -> PackedRow:
-    """The row packed straight from its JSON objects: no GeoRow built only to be packed."""
-    flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+    """The row packed straight from its JSON: no GeoRow built only to be packed."""
     return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
 
 
@@ -252,7 +295,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
     if not text.strip():
         return None
     try:
-        obj: Any = _loads_row(text)
+        obj, flat = _loads_row(text)
     except DuplicateKey as exc:
         return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
     except json.JSONDecodeError as exc:
@@ -282,15 +325,18 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         )
     drawn = _draw(obj, choose)
     query_id = _query_id(obj)
-    plain = _plainly_valid(obj)
-    error = None if plain else first_error("geo_row.schema.json", obj)
-    if error is not None:
-        return RowProblem(path, line_no, _schema_problem(error), query_id)
-    ids = [c["id"] for c in obj["candidates"]]
-    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
-    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
-    if padded is not None:
-        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+    if flat is None:
+        error = first_error("geo_row.schema.json", obj)
+        if error is not None:
+            return RowProblem(path, line_no, _schema_problem(error), query_id)
+        flat = tuple(chain.from_iterable(map(_candidate_texts, obj["candidates"])))
+        ids = flat[::3]
+        # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+        padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
+        if padded is not None:
+            return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+    else:
+        ids = flat[::3]
     if len(set(ids)) < len(ids):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
@@ -300,7 +346,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
             path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
         )
     # drawn: set when target is None
-    return make(path, line_no, obj["query"], obj["candidates"], target if target is not None else ids[drawn or 0],
+    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
                 query_id, target is None)
 
 
@@ -320,25 +366,30 @@ def _draw(obj: Any, choose: Callable[[int], int]) -> int | None:
     return choose(len(candidates)) if isinstance(candidates, list) and candidates else None
 
 
-def _plainly_valid(obj: Any) -> bool:
-    """The schema's rules for the common case, checked directly; anything this does not
-    accept goes through jsonschema, which finds and words the problem. A fast path only:
-    it never accepts a row the schema rejects."""
+def _plain_texts(obj: Any) -> tuple[str, ...] | None:
+    """The candidates' texts (id, title, description, three a candidate) of a row the
+    schema accepts, checked directly for the common case; None for anything else, which
+    goes through jsonschema, which finds and words the problem. A fast path only: it never
+    accepts a row the schema rejects. The texts are read once, in C, for the check and the
+    row alike: a candidate that is not an object, or lacks one of them, stops the read."""
     if not isinstance(obj, dict) or not isinstance(obj.get("query"), str) or not obj["query"]:
-        return False
+        return None
     for key in ("query_id", "id"):
         if key in obj and not (isinstance(obj[key], str) and obj[key]):
-            return False
+            return None
     if obj.get("target_id") is not None and not isinstance(obj["target_id"], str):
-        return False
+        return None
     candidates = obj.get("candidates")
     if not isinstance(candidates, list) or len(candidates) < 2:
-        return False
-    for c in candidates:  # a loop, not all() over a generator: ten a row, at every row's collection
-        if not (isinstance(c, dict) and isinstance(i := c.get("id"), str) and i and i == i.strip()
-                and isinstance(c.get("title"), str) and isinstance(c.get("description"), str)):
-            return False
-    return True
+        return None
+    try:
+        flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+    except (KeyError, TypeError):
+        return None
+    ids = flat[::3]
+    if list(map(type, flat)).count(str) < len(flat) or not all(ids) or tuple(map(str.strip, ids)) != ids:
+        return None
+    return flat
 
 
 def _query_id(obj: Any) -> str | None:

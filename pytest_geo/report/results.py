@@ -3,11 +3,12 @@ aggregated per suite, with thresholds and the baseline comparison."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
+from pytest_geo.data.record import GEO_METRIC, SCORED, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.report.transcripts import TranscriptSpool
@@ -93,10 +94,10 @@ def fold_feedback(feedback: Iterable[str], limit: int = FEEDBACK_LIMIT) -> str:
     """Join with '; ', repeated entries folded with a count, long text shortened with a
     count of what was left out."""
     counts: dict[str, int] = {}
-    for text in feedback:
+    for text, n in Counter(feedback).items():  # counted as given first: most rows repeat a few texts
         text = " ".join(text.split())
         if text:
-            counts[text] = counts.get(text, 0) + 1
+            counts[text] = counts.get(text, 0) + n
     entries = [text if n == 1 else f"{text} (x{n})" for text, n in counts.items()]
     shown: list[str] = []
     for entry in entries:
@@ -192,11 +193,12 @@ class Results:
                 groups.setdefault((record["suite"], record["metric"], record["split"]), []).append(record)
         results = []
         for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] != "train")):
-            scored = [r for r in sorted(records, key=order) if is_scored(r)]
+            # is_scored and has_error spelled inline: a call each, for every row of the run
+            scored = [r for r in sorted(records, key=order) if r["kind"] in SCORED]
             threshold = self.min_scores.get(suite, records[0]["threshold"])
-            feedback = fold_feedback(r["feedback"] for r in scored) if scored else "no examples"
-            values = tuple(float(r["score"]) for r in scored)
-            clean = tuple(float(r["score"]) for r in scored if not has_error(r))
+            feedback = fold_feedback([r["feedback"] for r in scored]) if scored else "no examples"
+            values = tuple([float(r["score"]) for r in scored])
+            clean = tuple([float(r["score"]) for r in scored if r.get("error") is None])
             results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values,
                                        errors=len(values) - len(clean), clean_scores=clean))
         return results
