@@ -309,24 +309,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport | None:
-    """A GEO item's call report, made as pytest's own hook makes it, with the row's record
-    and stop on it (the record and the stop travel on the call's report only). A plain
-    hook, not a wrapper: a wrapper is entered for every report of every item, a generator
-    each time, three a row. Wrappers (skipping's xfail, other plugins') still wrap it;
-    other reports are pytest's alone."""
-    if call.when != "call" or not isinstance(item, GeoItem):
-        return None
-    report = pytest.TestReport.from_item_and_call(item, call)
-    if item.geo_stopped is not None:
-        report.geo_stopped = item.geo_stopped  # type: ignore[attr-defined]  # plain data, like the record
-    record = item.geo_record
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if call.when != "call":  # the record and the stop travel on the call's report only
+        return report
+    stopped = getattr(item, "geo_stopped", None)
+    if stopped is not None:
+        report.geo_stopped = stopped  # plain data, like the record: it reaches an xdist controller
+    record = getattr(item, "geo_record", None)
     if record is not None:
-        report.geo_record = record  # type: ignore[attr-defined]  # plain data: it travels to an xdist controller
+        report.geo_record = record  # plain data: it travels with the report to an xdist controller
         if writes_junit(item.config):  # on the teardown report, read by --junitxml (a worker's: by its controller's)
             item.user_properties.extend(junit_properties(record))
-        item.geo_record = None  # the report has it; items live to the end of the session
+        item.geo_record = None  # type: ignore[attr-defined]  # the report has it; items live to the end of the session
     return report
 
 

@@ -299,9 +299,9 @@ def pytest_sessionfinish(session):
 
 
 def test_a_rows_call_report_carries_its_record_and_other_reports_are_pytests(geo_project: pytest.Pytester) -> None:
-    """The record is on a GEO item's call report (made by pytest-geo's makereport) where
-    another plugin's wrapper reads it, the item no longer holds it; setup and teardown
-    reports, and a plain test's, are pytest's own."""
+    """The record is on a GEO item's call report (pytest-geo's makereport wraps pytest's)
+    where another plugin's wrapper reads it, the item no longer holds it; setup and
+    teardown reports, and a plain test's, are pytest's own."""
     geo_project.makeconftest(REPORTS_CONFTEST)
     geo_project.makepyfile(test_plain="def test_ok():\n    pass\n\ndef test_broken():\n    assert 0\n")
     result = geo_project.runpytest("data/smoke.jsonl", "test_plain.py", "--geo-mock", "-k", "q1 or q2 or plain",
@@ -316,3 +316,22 @@ def test_a_rows_call_report_carries_its_record_and_other_reports_are_pytests(geo
     ]
     assert {(s[1], s[2], s[3]) for s in seen if s[1] != "call"} == {("setup", "passed", None),
                                                                      ("teardown", "passed", None)}
+
+
+PLAIN_MAKEREPORT_CONFTEST = '''
+def pytest_runtest_makereport(item, call):
+    if call.when == "call":
+        item.user_properties.append(("seen_by", "conftest"))
+'''
+
+
+def test_another_plugins_plain_makereport_still_runs_for_a_rows_report(geo_project: pytest.Pytester) -> None:
+    """pytest-geo adds its record by wrapping the report pytest makes, so another plugin's
+    plain (non-wrapper) makereport, which a report returned first would silence, still runs
+    for a GEO row."""
+    geo_project.makeconftest(PLAIN_MAKEREPORT_CONFTEST)
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "-k", "q1", "-p", "no:cacheprovider",
+                                   "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=1)
+    junit = (geo_project.path / "junit.xml").read_text()
+    assert '<property name="seen_by" value="conftest" />' in junit
