@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import PROMPTS, geo_rows
 from pytest_geo.data.dataset import (
@@ -164,6 +166,8 @@ def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
 RUN_AGAIN_CONFTEST = '''
 import json
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 AGAIN = []
 
@@ -223,6 +227,8 @@ def _rows(directory: Path, n: int) -> list[GeoRow]:
 WINDOW_CONFTEST = '''
 import json
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest_geo.engine.runner as runner
 from pytest_geo.pytest_layer.state import running_session
 
@@ -318,3 +324,51 @@ def test_strings_are_counted_from_quotes_unless_a_backslash_is_escaped() -> None
     assert _strings_in('{"a": "b", "c": 1}') == 3
     assert _strings_in('{"a": "say \\"hi\\"", "t": "\\n"}') == 4
     assert _strings_in('{"a": "c:\\\\"}') is None
+
+
+_texts = st.text(st.sampled_from('ab "\\/:{},\n\u00e9'), max_size=6)
+
+
+@st.composite
+def _row_lines(draw: st.DrawFn) -> str:
+    """A row's JSON line, spelled by hand so a key can appear twice: candidates with extra
+    fields, texts full of quotes and backslashes, and maybe one key repeated anywhere."""
+    candidates = [[("id", draw(st.sampled_from(["a", "b", "c", "d"]))), ("title", draw(_texts)),
+                   ("description", draw(_texts))] for _ in range(draw(st.integers(2, 3)))]
+    for fields in candidates:
+        fields.extend(draw(st.lists(st.tuples(st.sampled_from(["url", "tag"]),
+                                              st.one_of(_texts, st.integers(0, 9))), max_size=1)))
+    top: list[tuple[str, object]] = [("query", draw(_texts) or "q"), ("candidates", candidates)]
+    if draw(st.booleans()):
+        top.append(("meta", [("k", draw(_texts))]))
+    objects = [top, *candidates, *([top[-1][1]] if top[-1][0] == "meta" else [])]
+    if draw(st.booleans()):  # repeat one key of one object
+        where = draw(st.sampled_from(objects))
+        where.append(draw(st.sampled_from(where)))
+
+    def spell(value: object) -> str:
+        if isinstance(value, list):
+            if value and isinstance(value[0], tuple):
+                return "{" + ", ".join(f"{json.dumps(k)}: {spell(v)}" for k, v in value) + "}"
+            return "[" + ", ".join(spell(v) for v in value) + "]"
+        return json.dumps(value, ensure_ascii=draw(st.booleans()))
+
+    return spell(top)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_row_lines())
+def test_a_line_decodes_as_the_checking_decoder_does(line: str) -> None:
+    """The fast decoding (no hook, kept when the strings add up) gives what decoding with
+    the duplicate-key hook gives: the same object, or the same repeated key."""
+    from pytest_geo.data.dataset import _ROW_DECODER
+
+    try:
+        expected: object = _ROW_DECODER.decode(line)
+    except DuplicateKey as exc:
+        expected = exc.args
+    try:
+        got: object = _loads_row(line)[0]
+    except DuplicateKey as exc:
+        got = exc.args
+    assert got == expected
