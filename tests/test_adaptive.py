@@ -469,17 +469,24 @@ def test_growth_while_the_client_runs_late_for_less_than_half_a_round_trip() -> 
     assert after == before + 2 / 3  # 2/3 of a row per answer
 
 
+async def _held_up_after_a_call(seconds: float) -> AdaptiveConcurrency:
+    """A controller (4 rows) whose first call came back after `seconds`, then whose event
+    loop was held up for 0.2 s, as by a busy client; its late heartbeat has run."""
+    controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=4)
+    await controller.requests.acquire()  # a call out: the heartbeat keeps going
+    controller.call_succeeded(seconds)
+    await asyncio.sleep(0.05)
+    time.sleep(0.2)  # the loop held up
+    await asyncio.sleep(0.001)  # the late heartbeat runs first
+    return controller
+
+
 def test_no_growth_while_the_client_itself_runs_late() -> None:
     """The event loop was held up for 0.2 s within the last round trip (0.1 s): this
     client is its own bottleneck, so answers coming back meanwhile do not raise the
     limit (more rows would only wait in its own queue); once it keeps up, they do."""
     async def scenario() -> list[float]:
-        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=4)
-        await controller.requests.acquire()  # a call out: the heartbeat keeps going
-        controller.call_succeeded(0.1)
-        await asyncio.sleep(0.05)
-        time.sleep(0.2)  # the loop held up, as by a busy client
-        await asyncio.sleep(0.001)  # the late heartbeat runs first
+        controller = await _held_up_after_a_call(0.1)
         limits = [controller.limit]
         for _ in range(6):
             controller.call_succeeded(0.1)
@@ -518,12 +525,7 @@ def test_microsecond_calls_grow_the_limit_while_the_loop_runs_late() -> None:
     full-pipe rules are not asked: a loop held up for 0.2 s does not stop the growth, as
     it does for calls of 0.1 s (test_no_growth_while_the_client_itself_runs_late)."""
     async def scenario() -> tuple[float, float, float]:
-        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, start=4)
-        await controller.requests.acquire()  # a call out: the heartbeat keeps going
-        controller.call_succeeded(0.0001)
-        await asyncio.sleep(0.05)
-        time.sleep(0.2)  # the loop held up, as by a busy client
-        await asyncio.sleep(0.001)  # the late heartbeat runs first
+        controller = await _held_up_after_a_call(0.0001)
         late = controller._lag.since(controller.clock() - 0.3)
         before = controller.limit
         controller.call_succeeded(0.0001)
