@@ -25,6 +25,7 @@ from pytest_geo.engine.answers import (
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
+from pytest_geo.frozen import filled
 from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
@@ -343,14 +344,11 @@ class GeoEngine:
 def _outcome(query_id: str | None, target_id: str, rank_before: int | None, rank_after: int | None,
              rewritten_description: str | None, error: str | None, fact_violations: tuple[str, ...],
              calls: tuple[ModelCall, ...], not_run: bool) -> GeoOutcome:
-    """`GeoOutcome(...)` of a row's run (no notes), filled in directly in the fields'
-    order, as llm/base.py's `chat_request`: a frozen dataclass's `__init__` costs two
-    thirds more, once a row."""
-    outcome = object.__new__(GeoOutcome)
-    outcome.__dict__.update(query_id=query_id, target_id=target_id, rank_before=rank_before, rank_after=rank_after,
-                            rewritten_description=rewritten_description, error=error, notes=(),
-                            fact_violations=fact_violations, calls=calls, not_run=not_run)
-    return outcome
+    """`GeoOutcome(...)` of a row's run (no notes), `filled` in directly: one a row."""
+    return filled(GeoOutcome, {"query_id": query_id, "target_id": target_id, "rank_before": rank_before,
+                               "rank_after": rank_after, "rewritten_description": rewritten_description,
+                               "error": error, "notes": (), "fact_violations": fact_violations, "calls": calls,
+                               "not_run": not_run})
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeGuard
 
+from pytest_geo.frozen import filled
+
 Message = Mapping[str, str]
 
 
@@ -39,15 +41,10 @@ class ChatRequest:
 def chat_request(role: str, model: str, messages: Sequence[Message], temperature: float | None,
                  context: Mapping[str, Any], max_output_tokens: int | None,
                  response_schema: Mapping[str, Any] | None, reasoning_effort: str | None = None) -> ChatRequest:
-    """`ChatRequest(...)` with every field given, filled in directly (as llm/healing.py's
-    `shaped`): a frozen dataclass's `__init__` sets each field through
-    `object.__setattr__`, two thirds of making one, on every model call (it has no
-    `__post_init__` to skip)."""
-    request = object.__new__(ChatRequest)
-    request.__dict__.update(role=role, model=model, messages=messages, temperature=temperature, context=context,
-                            max_output_tokens=max_output_tokens, response_schema=response_schema,
-                            reasoning_effort=reasoning_effort)
-    return request
+    """`ChatRequest(...)` with every field given, `filled` in directly: one every model call."""
+    return filled(ChatRequest, {"role": role, "model": model, "messages": messages, "temperature": temperature,
+                                "context": context, "max_output_tokens": max_output_tokens,
+                                "response_schema": response_schema, "reasoning_effort": reasoning_effort})
 
 
 # An answer longer than this (in characters) is never parsed, cached or reported whole:
@@ -81,13 +78,10 @@ _RESPONSE_DEFAULTS = {f.name: f.default for f in fields(ChatResponse)
 
 
 def chat_response(text: str, prompt_tokens: int, completion_tokens: int) -> ChatResponse:
-    """`ChatResponse(text, prompt_tokens, completion_tokens)`, filled in directly, as
-    `chat_request` (the offline mock's answer to every call)."""
-    response = object.__new__(ChatResponse)
-    values = response.__dict__
-    values.update(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-    values.update(_RESPONSE_DEFAULTS)  # after them, in the fields' order
-    return response
+    """`ChatResponse(text, prompt_tokens, completion_tokens)`, `filled` in directly (the
+    offline mock's answer to every call)."""
+    return filled(ChatResponse, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                 **_RESPONSE_DEFAULTS})
 
 
 class ModelError(Exception):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from typing import Any
 
+from pytest_geo.frozen import filled
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.profiles import ROW_CODES, Lesson, ShapedRequest, apply_lessons, family, lesson_for, request_body
 
@@ -32,13 +33,9 @@ REQUEST_FIELDS = tuple(f.name for f in fields(ChatRequest))
 
 
 def shaped(request: ChatRequest, body: dict[str, Any]) -> ShapedRequest:
-    """`request`'s fields as they are, with `body`. Filled in directly: a frozen
-    dataclass's `__init__` sets each field through `object.__setattr__`, a cost paid on
-    every call (a request has no `__post_init__` to skip)."""
-    sent = object.__new__(ShapedRequest)
+    """`request`'s fields as they are, with `body`, `filled` in directly: one every call."""
     values = request.__dict__
-    sent.__dict__.update({name: values[name] for name in REQUEST_FIELDS}, body=body)
-    return sent
+    return filled(ShapedRequest, {**{name: values[name] for name in REQUEST_FIELDS}, "body": body})
 
 
 class HealingClient:
