@@ -43,10 +43,18 @@ class Candidate(NamedTuple):
 _candidate_texts = itemgetter("id", "title", "description")
 
 
-def _candidates(texts: Iterable[tuple[str, str, str]]) -> tuple[Candidate, ...]:
-    """Candidates from (id, title, description) triples: `Candidate._make` without its
-    Python frame per candidate (paid on every row's unpacking and parsing)."""
-    return tuple(map(tuple.__new__, repeat(Candidate), texts))
+def _texts(candidates: Iterable[Any]) -> tuple[str, ...]:
+    """The candidate objects' texts, three a candidate (id, title, description), read in C.
+    Raises KeyError or TypeError for a candidate that is not an object or lacks one."""
+    return tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+
+
+def _candidates(flat: tuple[str, ...]) -> tuple[Candidate, ...]:
+    """Candidates from their texts, three a candidate (`_texts`, a packed row's):
+    `Candidate._make` without its Python frame per candidate (paid on every row's
+    unpacking and parsing)."""
+    texts = iter(flat)  # read three at a time: id, title, description
+    return tuple(map(tuple.__new__, repeat(Candidate), zip(texts, texts, texts, strict=True)))
 
 
 def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,
@@ -95,9 +103,7 @@ class GeoRow:
     @classmethod
     def unpacked(cls, data: bytes) -> GeoRow:
         path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
-        texts = iter(flat)  # read three at a time: id, title, description
-        return cls(path, line, query, _candidates(zip(texts, texts, texts, strict=True)), target_id, query_id,
-                   chosen, variant)
+        return cls(path, line, query, _candidates(flat), target_id, query_id, chosen, variant)
 
 
 class PackedRow(NamedTuple):
@@ -271,9 +277,7 @@ RowMaker = Callable[[str, int, str, tuple[str, ...], str, "str | None", bool], R
 
 def geo_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
             query_id: str | None, target_was_chosen: bool) -> GeoRow:
-    texts = iter(flat)  # read three at a time: id, title, description
-    return GeoRow(path, line, query, _candidates(zip(texts, texts, texts, strict=True)), target_id, query_id,
-                  target_was_chosen)
+    return GeoRow(path, line, query, _candidates(flat), target_id, query_id, target_was_chosen)
 
 
 def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
@@ -325,18 +329,17 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         )
     drawn = _draw(obj, choose)
     query_id = _query_id(obj)
+    plain = flat is not None
     if flat is None:
         error = first_error("geo_row.schema.json", obj)
         if error is not None:
             return RowProblem(path, line_no, _schema_problem(error), query_id)
-        flat = tuple(chain.from_iterable(map(_candidate_texts, obj["candidates"])))
-        ids = flat[::3]
-        # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
-        padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
-        if padded is not None:
-            return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
-    else:
-        ids = flat[::3]
+        flat = _texts(obj["candidates"])
+    ids = flat[::3]
+    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
+    if padded is not None:
+        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
     if len(set(ids)) < len(ids):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
@@ -383,7 +386,7 @@ def _plain_texts(obj: Any) -> tuple[str, ...] | None:
     if not isinstance(candidates, list) or len(candidates) < 2:
         return None
     try:
-        flat = tuple(chain.from_iterable(map(_candidate_texts, candidates)))
+        flat = _texts(candidates)
     except (KeyError, TypeError):
         return None
     ids = flat[::3]
