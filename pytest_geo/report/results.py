@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_geo.data.record import GEO_METRIC, SCORED, RowRecord, is_scored
+from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.report.transcripts import TranscriptSpool
@@ -193,12 +193,11 @@ class Results:
                 groups.setdefault((record["suite"], record["metric"], record["split"]), []).append(record)
         results = []
         for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] != "train")):
-            # is_scored and has_error spelled inline: a call each, for every row of the run
-            scored = [r for r in sorted(records, key=order) if r["kind"] in SCORED]
+            scored = [r for r in sorted(records, key=order) if is_scored(r)]
             threshold = self.min_scores.get(suite, records[0]["threshold"])
             feedback = fold_feedback([r["feedback"] for r in scored]) if scored else "no examples"
             values = tuple([float(r["score"]) for r in scored])
-            clean = tuple([float(r["score"]) for r in scored if r.get("error") is None])
+            clean = tuple([float(r["score"]) for r in scored if not has_error(r)])
             results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values,
                                        errors=len(values) - len(clean), clean_scores=clean))
         return results
