@@ -170,7 +170,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 def geo_header(config: pytest.Config) -> str:
-    from pytest_geo.llm.factory import placeholder_key_host
+    from pytest_geo.local_server import placeholder_key_host
 
     settings = settings_of(config)
     if settings.mock:
