@@ -22,6 +22,7 @@ from pytest_geo.options import (
     positive_int,
     progress_mode,
     reasoning_effort,
+    shard,
     share,
     split_mode,
     structured_mode,
@@ -199,6 +200,9 @@ OPTIONS: tuple[Option, ...] = (
            "run, under xdist and in both egeo and pytest; the others are not run (pytest deselects them)",
            type=positive_int, metavar="N", ini="geo_sample", ini_help="run N rows of each dataset drawn with the seed",
            egeo="--sample", setting=True),
+    Option("--geo-shard", "run the K-th of N shards of the rows (after {limit} and {sample}): a row's shard is a "
+           "stable hash of its dataset and name, so shards split a run across CI jobs and adding rows moves none; "
+           "merge their reports with egeo merge", type=shard, metavar="K/N", egeo="--shard", setting=True),
     Option("--geo-progress", "a status line of rows done, in flight, errors, retries, tokens, cost and ETA while "
            "rows run (egeo: on stderr), from 2 s into the run: redrawn on a terminal, a plain line at most every "
            "10 s elsewhere; auto is off under pytest -q -q", type=progress_mode, metavar="auto|on|off",

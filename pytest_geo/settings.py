@@ -129,6 +129,7 @@ class Settings:
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards of the rows (data/sampling.py)
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
