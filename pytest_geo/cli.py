@@ -16,8 +16,10 @@ from pathlib import Path
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -92,6 +94,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "use_cache": cache_dir is not None and not args.no_cache,
         "variants": _variants(getattr(args, "variant", [])),
     }
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
@@ -168,6 +172,7 @@ def evaluate(args: argparse.Namespace) -> int:
         build_parser().error("--margin needs --sequential")
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
                  "built-in table only)")
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
         return _evaluate(args, settings)
     ledger = settings.budget_ledger = Ledger.create()

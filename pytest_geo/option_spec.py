@@ -183,6 +183,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--geo-strict-facts", "a rewrite that adds facts (numbers, prices, model numbers, certifications) not "
            "in the original scores 0.0 and fails its item", action="store_true", ini="geo_strict_facts",
            ini_type="bool", ini_help="fail rows whose rewrite adds facts", setting=True),
+    Option("--geo-query-blind", "the rewriter sees only the target's own title and description, as E-GEO's rules "
+           "require: a rewriter prompt that uses the query is a usage error before any call (the packaged prompts' "
+           "rewriter gives way to the simple style)", action="store_true", shown_default="on for E-GEO data files",
+           ini="geo_query_blind", ini_type="bool", ini_help="the rewriter never sees the query (E-GEO's rule)",
+           egeo="--query-blind", setting=True),
     Option("--geo-cache-dir", "directory of the model-answer cache", metavar="DIR",
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",

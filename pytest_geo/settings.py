@@ -126,6 +126,7 @@ class Settings:
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
+    query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed

@@ -32,7 +32,7 @@ def pytest_help(pytestconfig: pytest.Config) -> str:
 def test_the_table_is_what_a_user_knows() -> None:
     """Spot checks in literal values: the flags, ini names and egeo flags users type."""
     by_name = {o.name: o for o in PYTEST_FLAGS}
-    assert len(PYTEST_FLAGS) == 38 and len(INI_NAMES) == 32
+    assert len(PYTEST_FLAGS) == 40 and len(INI_NAMES) == 33
     assert (by_name["--geo-seed"].ini, by_name["--geo-seed"].egeo, by_name["--geo-seed"].shown_default) == (
         "geo_seed", "--seed", "7")
     assert by_name["--geo-optimizer-model"].egeo == "--meta-model"

@@ -17,7 +17,8 @@ from pytest_geo.engine.experiment import (
     run_variant,
 )
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
-from pytest_geo.engine.prompts import PromptSet, load_prompts
+from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.query_blind import run_prompts
 from pytest_geo.engine.row_future import RowFuture
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.shared_rank import SharedRanks
@@ -55,7 +56,7 @@ class GeoSession:
     @functools.cached_property
     def prompts(self) -> PromptSet:
         """The E-GEO prompt set; raises PromptError when it is missing or broken."""
-        return load_prompts(self.settings.prompts_dir)
+        return run_prompts(self.settings)
 
     @functools.cached_property
     def engine(self) -> GeoEngine:
