@@ -56,7 +56,7 @@ def test_every_ini_name_is_in_pytest_help(pytest_help: str, option: Option) -> N
 def test_every_egeo_flag_is_in_its_commands_help(capsys: pytest.CaptureFixture[str]) -> None:
     texts = {command: egeo_help(capsys, command) for command in ("evaluate", "optimize")}
     claimed = [(o.egeo, command) for o in OPTIONS if o.egeo for command in o.egeo_commands]
-    assert len(claimed) == 31 + 19
+    assert len(claimed) == 33 + 19
     for flag, command in claimed:
         assert f" {flag} " in texts[command], (flag, command)
     assert "[--sample N]" not in texts["optimize"] and "[--train PATH]" not in texts["evaluate"]
@@ -75,7 +75,7 @@ def test_options_markdown_lists_every_option() -> None:
     text = options_markdown()
     lines = text.splitlines()
     assert lines[0] == "| pytest flag | ini | environment | egeo flag | default | what it does |"
-    assert len(lines) == 2 + len(OPTIONS) == 49
+    assert len(lines) == 2 + len(OPTIONS) == 51
     for option in OPTIONS:
         assert any(f"`{option.name or option.egeo or option.ini}" in line for line in lines[2:]), option
     assert ("| `--geo-seed N` | `geo_seed` |  | `--seed` (evaluate, optimize) | 7 | seed for choosing a missing "
