@@ -42,7 +42,7 @@ def positive_int(text: str) -> int:
 
 
 def concurrency(text: str) -> int | str:
-    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    """A number of rows in flight, or "auto" (adaptive, see llm/adaptive.py)."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:

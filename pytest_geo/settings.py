@@ -24,7 +24,7 @@ TIMEOUT_ENV = "OPENAI_TIMEOUT_SECONDS"  # the E-GEO harness's variable: used whe
 # A server on this machine or a private network is often a CPU model answering one call
 # at a time in seconds to minutes: a long timeout, and auto concurrency starting at one
 # row. It grows while calls come back as fast and backs off when they queue
-# (engine/adaptive.py), so a fast one (a GPU server, a loopback fake) gets the same bound
+# (llm/adaptive.py), so a fast one (a GPU server, a loopback fake) gets the same bound
 # as a hosted API.
 LOCAL_TIMEOUT = 600.0
 LOCAL_START_CONCURRENCY = 1
@@ -121,7 +121,7 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
-    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)

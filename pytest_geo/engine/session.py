@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, RowKey
-from pytest_geo.engine.adaptive import ConcurrencyStats
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
@@ -22,6 +21,7 @@ from pytest_geo.engine.row_future import RowFuture
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.engine.variants import load_variants
+from pytest_geo.llm.adaptive import ConcurrencyStats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.stack import ClientStack, build_stack
 from pytest_geo.llm.usage import UsageTable
