@@ -25,8 +25,7 @@ from pytest_geo.engine.answers import (
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
-from pytest_geo.frozen import filled
-from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
+from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
@@ -225,8 +224,8 @@ class GeoEngine:
         attempt's messages and raw answer are appended to `calls` when it is given."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         for attempt in range(self.reasks + 1):
-            request = chat_request(role, self.models[role], tuple(messages), self.temperature, context,
-                                   self.max_output_tokens, schema)
+            request = ChatRequest(role, self.models[role], tuple(messages), self.temperature, context,
+                                  self.max_output_tokens, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if calls is not None:
@@ -338,17 +337,8 @@ class GeoEngine:
         calls = (*before_calls, *rewrite_calls, *after_calls)
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
-        return _outcome(row.query_id, row.target_id, before, after, rewritten, error, violations, calls, not_run)
-
-
-def _outcome(query_id: str | None, target_id: str, rank_before: int | None, rank_after: int | None,
-             rewritten_description: str | None, error: str | None, fact_violations: tuple[str, ...],
-             calls: tuple[ModelCall, ...], not_run: bool) -> GeoOutcome:
-    """`GeoOutcome(...)` of a row's run (no notes), `filled` in directly: one a row."""
-    return filled(GeoOutcome, {"query_id": query_id, "target_id": target_id, "rank_before": rank_before,
-                               "rank_after": rank_after, "rewritten_description": rewritten_description,
-                               "error": error, "notes": (), "fact_violations": fact_violations, "calls": calls,
-                               "not_run": not_run})
+        return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
+                          fact_violations=violations, calls=calls, not_run=not_run)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
-from pytest_geo.llm.base import ChatRequest, ChatResponse, chat_response
+from pytest_geo.llm.base import ChatRequest, ChatResponse
 
 # The E-GEO harness's mock (llm_client.MockClient), reproduced so that its CI numbers come
 # out of egeo and the plugin: the ranker puts descriptions holding "Best for" first, then
@@ -158,7 +158,7 @@ class MockClient:
         context = request.context
         if request.role == "procedure":  # a prompt procedure: the mock echoes its input
             text = str(context.get("input", ""))
-            return chat_response(text, prompt_words(request.messages), word_count(text))
+            return ChatResponse(text, prompt_words(request.messages), word_count(text))
         if request.role == "ranker":
             answer: Mapping[str, str | Sequence[str]] = {"ordered_ids": ranker_order(context)}
         elif request.role == "rewriter":
@@ -166,7 +166,7 @@ class MockClient:
         else:
             answer = propose(context)
         text = answer_json(answer)
-        return chat_response(text, prompt_words(request.messages), word_count(text))
+        return ChatResponse(text, prompt_words(request.messages), word_count(text))
 
     async def aclose(self) -> None:
         return None
