@@ -8,7 +8,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
@@ -50,11 +50,8 @@ def _texts(candidates: Iterable[Any]) -> tuple[str, ...]:
 
 
 def _candidates(flat: tuple[str, ...]) -> tuple[Candidate, ...]:
-    """Candidates from their texts, three a candidate (`_texts`, a packed row's):
-    `Candidate._make` without its Python frame per candidate (paid on every row's
-    unpacking and parsing)."""
-    texts = iter(flat)  # read three at a time: id, title, description
-    return tuple(map(tuple.__new__, repeat(Candidate), zip(texts, texts, texts, strict=True)))
+    """Candidates from their texts, three a candidate (`_texts`, a packed row's)."""
+    return tuple(Candidate._make(flat[i:i + 3]) for i in range(0, len(flat), 3))
 
 
 def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,

@@ -24,13 +24,9 @@ class BoundedClient:
         self._on_success = on_success
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        slots = self._slots
-        await slots.acquire()  # `async with` without its two coroutines a call
-        try:
+        async with self._slots:
             started = time.perf_counter()
             response = await self.inner.complete(request)
-        finally:
-            slots.release()
         if self._on_success is not None and not response.retries:
             self._on_success(time.perf_counter() - started)
         return response
