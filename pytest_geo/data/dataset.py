@@ -201,68 +201,23 @@ class DuplicateKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)  # in C; a key given twice leaves fewer entries than pairs
-    if len(result) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)  # the first key seen twice
-            seen.add(key)
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(key)  # the first key seen twice
+        result[key] = value
     return result
 
 
-# One decoder of each kind for every line: `json.loads(text, object_pairs_hook=...)` builds
-# a new one (and its scanner) per call.
+# One decoder for every line: `json.loads(text, object_pairs_hook=...)` builds a new one per call.
 _ROW_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
-_PLAIN_DECODER = json.JSONDecoder()
 
 
-def _loads_row(text: str) -> tuple[Any, tuple[str, ...] | None]:
-    """`json.loads(text, object_pairs_hook=_unique_keys)`, with its one check of its own, and
-    the candidates' texts of a plainly valid row (`_plain_texts`; None for any other).
-
-    A line is decoded first without the hook, all in C: the hook's Python call per object
-    (eleven a row of ten candidates) is a third of the decoding. A plainly valid row stands
-    when its strings show that no key was dropped (`_decoded_strings`); any other line, and
-    any error, is decoded again with the hook, which names a repeated key or raises what
-    `json.loads` raises."""
-    if text.startswith("\ufeff"):
+def _loads_row(text: str) -> Any:
+    """`json.loads(text)`, refusing a key given twice in one object (DuplicateKey)."""
+    if text.startswith("\ufeff"):  # as json.loads words it (the decoder itself does not check)
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    try:
-        obj = _PLAIN_DECODER.decode(text)
-    except (ValueError, RecursionError):
-        pass
-    else:
-        flat = _plain_texts(obj)
-        if flat is not None and _decoded_strings(obj, flat) == _strings_in(text):
-            return obj, flat
-    obj = _ROW_DECODER.decode(text)
-    return obj, _plain_texts(obj)
-
-
-def _decoded_strings(obj: dict[str, Any], flat: tuple[str, ...]) -> int:
-    """The keys and string values of a plainly valid row's object and of its candidates.
-
-    Each stands for a string of its own in the line, so there are at most as many as the
-    line holds (`_strings_in`), and fewer when a repeated key was dropped (one of its
-    spellings is a string nothing decoded stands for) or when strings sit elsewhere
-    (nested in an extra field). Equal counts prove that no key repeats in the line."""
-    candidates: list[dict[str, Any]] = obj["candidates"]
-    keys = sum(map(len, candidates))
-    count = len(obj) + list(map(type, obj.values())).count(str) + keys
-    if keys == len(flat):  # three keys a candidate: its texts, strings all
-        return count + len(flat)
-    return count + list(map(type, chain.from_iterable(map(dict.values, candidates)))).count(str)
-
-
-def _strings_in(text: str) -> int | None:
-    """How many strings a valid JSON text holds: its quotes, less the escaped ones, in
-    pairs; None when a backslash is escaped (`\\\\`), where `\\"` may end a string."""
-    if "\\" not in text:
-        return text.count('"') // 2
-    if "\\\\" in text:
-        return None
-    return (text.count('"') - text.count('\\"')) // 2
+    return _ROW_DECODER.decode(text)
 
 
 Row = TypeVar("Row", GeoRow, PackedRow)
@@ -296,7 +251,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
     if not text.strip():
         return None
     try:
-        obj, flat = _loads_row(text)
+        obj = _loads_row(text)
     except DuplicateKey as exc:
         return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
     except json.JSONDecodeError as exc:
@@ -326,6 +281,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
         )
     drawn = _draw(obj, choose)
     query_id = _query_id(obj)
+    flat = _plain_texts(obj)
     plain = flat is not None
     if flat is None:
         error = first_error("geo_row.schema.json", obj)
