@@ -238,72 +238,104 @@ def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_i
     return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
 
 
+class _Refused(Exception):
+    """A line's problem, worded: raised by the checks below, made a RowProblem by parse_line."""
+
+
 def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int],
                make: RowMaker[Row]) -> Row | RowProblem | None:
     """One physical line -> a row (as `make` builds it), a problem, or None for a blank
     line; `choose` draws a missing target's index (called for every JSON line the harness
     draws for, valid or not)."""
     try:
+        text = _text_of(raw)
+        if not text.strip():
+            return None
+        obj = _json_of(text)
+    except _Refused as problem:
+        return RowProblem(path, line_no, str(problem))
+    drawn = _draw(obj, choose)
+    query_id = _query_id(obj)
+    try:
+        flat = _row_texts(obj)
+        ids = flat[::3]
+        target = _target(obj, ids)
+    except _Refused as problem:
+        return RowProblem(path, line_no, str(problem), query_id)
+    # drawn: set when target is None
+    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
+                query_id, target is None)
+
+
+def _text_of(raw: bytes) -> str:
+    try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return RowProblem(path, line_no, f"invalid UTF-8 at byte {exc.start}")
-    text = text.removeprefix("\ufeff")  # also on later lines: files joined with `cat`
-    if not text.strip():
-        return None
+        raise _Refused(f"invalid UTF-8 at byte {exc.start}") from None
+    return text.removeprefix("\ufeff")  # also on later lines: files joined with `cat`
+
+
+def _json_of(text: str) -> Any:
+    """The line's JSON value; _Refused for invalid JSON, a repeated key or a lone surrogate."""
     try:
         obj = _loads_row(text)
     except DuplicateKey as exc:
-        return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
+        raise _Refused(f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object") from None
     except json.JSONDecodeError as exc:
-        if exc.msg.startswith("Unterminated string"):
-            return RowProblem(
-                path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)"
-            )
-        if exc.pos >= len(text.rstrip()):
-            return RowProblem(path, line_no, f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}")
-        if exc.msg == "Extra data":
-            return RowProblem(
-                path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
-            )
-        # json's own message can end in "at" ("Invalid control character at")
-        return RowProblem(path, line_no, f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}")
+        raise _Refused(_json_problem(exc, text)) from None
     except RecursionError:
-        return RowProblem(path, line_no, "invalid JSON: nested too deeply")
+        raise _Refused("invalid JSON: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         reason = "a number with too many digits" if "digits" in str(exc) else shorten(str(exc), 80)
-        return RowProblem(path, line_no, f"invalid JSON: {reason}")
+        raise _Refused(f"invalid JSON: {reason}") from None
     try:
         if "\\u" in text:  # a lone surrogate can only come from a \uD8xx escape
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        return RowProblem(
-            path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string"
-        )
-    drawn = _draw(obj, choose)
-    query_id = _query_id(obj)
+        raise _Refused(
+            f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string") from None
+    return obj
+
+
+def _json_problem(exc: json.JSONDecodeError, text: str) -> str:
+    if exc.msg.startswith("Unterminated string"):
+        return f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)"
+    if exc.pos >= len(text.rstrip()):
+        return f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}"
+    if exc.msg == "Extra data":
+        return f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
+    # json's own message can end in "at" ("Invalid control character at")
+    return f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
+def _row_texts(obj: Any) -> tuple[str, ...]:
+    """The candidates' texts (id, title, description, three a candidate) of a valid row;
+    _Refused naming what the schema, or the rules it cannot state, find wrong."""
     flat = _plain_texts(obj)
-    plain = flat is not None
-    if flat is None:
+    if flat is not None:
+        ids = flat[::3]
+    else:
         error = first_error("geo_row.schema.json", obj)
         if error is not None:
-            return RowProblem(path, line_no, _schema_problem(error), query_id)
+            raise _Refused(_schema_problem(error))
         flat = _texts(obj["candidates"])
-    ids = flat[::3]
-    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
-    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
-    if padded is not None:
-        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+        ids = flat[::3]
+        # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+        padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
+        if padded is not None:
+            raise _Refused(_padded_id(f"candidates[{padded}].id", ids[padded]))
     if len(set(ids)) < len(ids):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
-    target = obj.get("target_id") or None  # null and "" are absent, as in the harness
+        raise _Refused(f"duplicate candidate ids: {', '.join(duplicates)}")
+    return flat
+
+
+def _target(obj: dict[str, Any], ids: tuple[str, ...]) -> str | None:
+    """The row's target id; None when it has none (absent, null or "", as in the harness)."""
+    target = obj.get("target_id") or None
     if target is not None and target not in ids:
-        return RowProblem(
-            path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
-        )
-    # drawn: set when target is None
-    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
-                query_id, target is None)
+        raise _Refused(f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})")
+    return target
 
 
 def _padded_id(where: str, value: str) -> str:
