@@ -54,7 +54,7 @@ def shard(text: str) -> tuple[int, int]:
 
 
 def concurrency(text: str) -> int | str:
-    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    """A number of rows in flight, or "auto" (adaptive, see llm/adaptive.py)."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:

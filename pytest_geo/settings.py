@@ -115,7 +115,7 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
-    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
