@@ -23,6 +23,16 @@ pytest_plugins = ["pytester"]
 collect_ignore = ["corpus"]  # malformed inputs, run one by one by test_corpus.py
 
 
+TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
+
+
+def no_traceback(result: pytest.RunResult) -> None:
+    """Neither output of `result` shows a traceback: a failure reads as one clean line."""
+    for mark in TRACEBACK_MARKS:
+        result.stdout.no_fnmatch_line(f"*{mark}*")
+        result.stderr.no_fnmatch_line(f"*{mark}*")
+
+
 def copy_prompts(destination: Path, source: Path = PROMPTS) -> Path:
     """The E-GEO prompt files, by name: whatever else lies in the repo's prompts/ (a
     candidate left by the README's optimize example) stays out of the tests."""

@@ -84,7 +84,7 @@ CASES = [
     Case("datasets", "bom.jsonl", ""),
     Case("datasets", "crlf.jsonl", ""),
     Case("datasets", "duplicate_query_ids.jsonl", "", ("dup@line1", "dup@line2", "dup@line3")),
-    # generated names never equal a query id (test_hostile.py checks each row keeps its data)
+    # generated names never equal a query id (test_xdist.py checks each row keeps its data)
     Case("datasets", "colliding_names.jsonl", "",
          ("q1@line1", "q1@line2", "q1@line2@line3", "line4", "line4@line5", "ok1", "ok3")),
     # prompt directories: the run stops at start (exit 4) naming the file and the placeholder

@@ -227,3 +227,24 @@ def test_geo_dataset_outside_uses_the_projects_cache(
     served_project.server.reset()
     served_project.run("--geo-dataset", str(data)).assert_outcomes(passed=2)
     assert served_project.server.requests == []
+
+
+# --- egeo init and symlinks ----------------------------------------------------------------
+
+
+def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "pytest.ini").symlink_to(outside / "pytest.ini")  # dangling
+    (project / "prompts").symlink_to(outside / "prompts")  # dangling
+    (project / "eval").symlink_to(outside)  # a real directory elsewhere
+    assert cli.main(["init", str(project)]) == 0
+    assert list(outside.iterdir()) == []
+    out = capsys.readouterr().out
+    link = "(a symbolic link: egeo init never writes through one)"
+    assert out.splitlines()[:3] == [f"skipped {project / 'prompts'} {link}", f"skipped {project / 'eval'} {link}",
+                                    f"skipped {project / 'pytest.ini'} {link}"]
+    assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\npythonpath = .\ngeo_prompts = prompts\n" in out
+    assert "Traceback" not in out
+    assert [p.name for p in project.iterdir() if not p.is_symlink()] == []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import GeoProject, rewrite_cache_entries
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
 from pytest_geo.llm.healing import HealingClient
@@ -277,3 +278,26 @@ def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
     assert [json.loads(line)["key"][0] for line in (tmp_path / "answers" / "0.jsonl").read_text().splitlines()] == ["a", "c"]
     fresh = ResponseCache(tmp_path)
     assert [fresh.get(k * 64).text for k in "abc"] == ["parent", "child", "parent again"]  # type: ignore[union-attr]
+
+
+# --- planted entries in a run --------------------------------------------------------------
+
+
+def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset).assert_outcomes(passed=2)
+    # 10**400 tokens: json reads it, float() of it fails
+    planted = rewrite_cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo",
+                                    lambda entry: {**entry, "prompt_tokens": 10**400})
+    assert planted == 6
+    served_project.server.reset()
+    result = served_project.run(dataset, "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 6  # every entry was a miss
+    result.stdout.fnmatch_lines(["  ranker: calls=4 cache_hits=0 retries=0 errors=0 * cache_rejected=4 *",
+                                 "  rewriter: calls=2 cache_hits=0 retries=0 errors=0 * cache_rejected=2 *"])
+    usage = json.loads((served_project.pytester.path / "r.json").read_text())["usage"]
+    assert (usage["ranker"]["cache_rejected"], usage["rewriter"]["cache_rejected"]) == (4, 2)
+    served_project.server.reset()
+    served_project.run(dataset).assert_outcomes(passed=2)  # the live answers replaced them
+    assert served_project.server.requests == []

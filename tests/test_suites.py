@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import no_traceback
 
 SUITE = '''
 import pytest_geo
@@ -404,3 +407,97 @@ tone_eval.metric("exact_match")
                                         "@pytest.mark.nightly: pytest-geo eval suite marker",
                                         "@pytest.mark.square: pytest-geo eval suite marker",
                                         "@pytest.mark.math: pytest-geo eval suite marker"])
+
+
+# --- a metric that exits or interrupts, data without end -----------------------------------
+
+
+EXITING_METRIC = '''
+import sys
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (3, 1), (2, 2)]})
+
+@s_eval.metric
+def exits(rows, expected):
+    if rows == 3:
+        sys.exit(3)
+    if rows == 2:
+        sys.exit()
+    return True
+'''
+
+
+def test_a_metric_calling_sys_exit_scores_zero_with_an_error_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=EXITING_METRIC)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--geo-report", "r.json")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["s::exits train[[]1[]]: error: SystemExit: 3",
+                                 "s::exits train[[]2[]]: error: SystemExit"])
+    no_traceback(result)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [(r["score"], r["feedback"]) for r in report["rows"]][1:] == [
+        (0.0, "error: SystemExit: 3"), (0.0, "error: SystemExit")]
+
+
+def test_a_metric_raising_keyboard_interrupt_still_stops_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s='''
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (2, 1), (3, 1)]})
+
+@s_eval.metric
+def stops(rows, expected):
+    if rows == 2:
+        raise KeyboardInterrupt
+    return True
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
+    result.assert_outcomes(passed=1)
+
+
+ENDLESS = '''
+import itertools
+import pytest_geo
+
+def forever():
+    for n in itertools.count():
+        yield (n, n)
+
+def growing():
+    for n in itertools.count():
+        yield ("x" * (1 << 20), n)
+
+endless_eval = pytest_geo.suite("endless", data={"rows": forever})
+huge_eval = pytest_geo.suite("huge", data={"rows": growing()})
+
+@endless_eval.metric
+def same(rows, expected):
+    return rows == expected
+
+@huge_eval.metric
+def fine(rows, expected):
+    return True
+
+def test_plain():
+    pass
+'''
+
+
+@pytest.mark.parametrize("args", [(), ("--co",), ("-k", "plain")])
+def test_endless_suite_data_is_a_collection_error_naming_the_suite_and_the_bound(
+        pytester: pytest.Pytester, args: tuple[str, ...]) -> None:
+    pytester.makepyfile(test_endless=ENDLESS)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        "*suite 'endless': dataset 'rows': more than 100,000 rows, the bound for data from Python "
+        "code (a never-ending generator?)*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*suite 'huge': dataset 'rows': rows larger than 256 MiB in memory, the bound for data from "
+        "Python code*",
+    ])
+    no_traceback(result)
