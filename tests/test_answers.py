@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from pytest_geo.engine import answers
 from pytest_geo.engine.answers import AnswerError, _fenced_blocks, extract_json_object, parse_ranking, parse_rewrite
 
+pytestmark = pytest.mark.unit
+
 # The implementation before linear parsing (raw_decode at every `{`), kept as the
 # reference the new one must agree with: it took 9 s on 100 KB of `{`.
 OLD_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)

@@ -8,6 +8,8 @@ import pytest
 from conftest import GeoProject, no_traceback
 from pytest_geo import cli
 
+pytestmark = pytest.mark.plugin
+
 
 @pytest.mark.parametrize("character", ["\n", "\r", "\x00", "\t", "\x7f"])
 def test_a_base_url_with_a_control_character_is_a_usage_error_naming_the_flag(

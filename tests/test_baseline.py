@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 
 def test_a_baseline_repeating_a_node_id_pairs_none_of_those_rows() -> None:
     from pytest_geo.report.baseline import compare

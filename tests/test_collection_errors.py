@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GeoProject
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, GeoProject
 from pytest_geo import cli
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_collection_error_makes_no_model_call(served_project: GeoProject, workers: str) -> None:
     dataset = str(served_project.dataset(3))
     served_project.pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
@@ -30,6 +30,7 @@ def test_a_collection_error_makes_no_model_call(served_project: GeoProject, work
                                      "the rows)*"])
 
 
+@pytest.mark.plugin
 def test_continue_on_collection_errors_still_runs_the_rows(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     served_project.pytester.makepyfile(test_broken="import no_such_module_anywhere\n")
@@ -38,7 +39,7 @@ def test_continue_on_collection_errors_still_runs_the_rows(served_project: GeoPr
     assert len(served_project.server.requests) == 6
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_run_whose_collection_failed_prints_no_concurrency_line(served_project: GeoProject, workers: str) -> None:
     pytest.importorskip("xdist")
     dataset = str(served_project.dataset(3))
@@ -50,6 +51,7 @@ def test_a_run_whose_collection_failed_prints_no_concurrency_line(served_project
     assert "concurrency" not in json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e
 def test_egeo_without_a_row_to_run_prints_no_concurrency_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)

@@ -44,6 +44,7 @@ def request(**changes: object) -> ChatRequest:
     return ChatRequest(**fields)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None:
     base = cache_key("http://a/v1", request())
     assert cache_key("http://a/v1", request(context={"query": "other"}, role="rewriter")) == base
@@ -53,6 +54,7 @@ def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None
     assert cache_key("http://a/v1", request(messages=({"role": "user", "content": "hello!"},))) != base
 
 
+@pytest.mark.unit
 def test_keys_are_the_ones_earlier_versions_wrote() -> None:
     """The key is hashed around the body's bytes as posted (encoded once); it is still the
     SHA-256 of `{"base_url":...,"body":...,"format":2}`, so answers cached before still hit."""
@@ -68,6 +70,7 @@ def test_keys_are_the_ones_earlier_versions_wrote() -> None:
         "b2711a5dde363866626260f673333dc0ca010b588ada0fe523a78dde909e52f2"
 
 
+@pytest.mark.unit
 def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:
     inner = Counting()
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -77,6 +80,7 @@ def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:
     assert (second.text, second.prompt_tokens, second.completion_tokens) == ("answer 1", 3, 2)
 
 
+@pytest.mark.unit
 def test_errors_are_not_cached(tmp_path: Path) -> None:
     inner = Counting(fail=True)
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -86,6 +90,7 @@ def test_errors_are_not_cached(tmp_path: Path) -> None:
     assert inner.calls == 2 and ResponseCache(tmp_path).keys() == set()
 
 
+@pytest.mark.unit
 def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -101,6 +106,7 @@ def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
     assert inner.calls == 1 and cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)
 
 
+@pytest.mark.unit
 def test_a_killed_writers_temp_files_are_removed_once_stale(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -115,6 +121,7 @@ def test_a_killed_writers_temp_files_are_removed_once_stale(tmp_path: Path) -> N
     assert not old.exists() and fresh.exists()  # a live writer's temp file is left alone
 
 
+@pytest.mark.unit
 def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     keys = [cache_key("u", request(model=f"m{i}")) for i in range(20)]
@@ -143,6 +150,7 @@ def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
 VALID_ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("planted", [
     {"prompt_tokens": 10**400},
     {"prompt_tokens": 10**30},
@@ -173,6 +181,7 @@ def test_a_planted_entry_is_rejected_then_replaced_and_counted(tmp_path: Path, p
     assert cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # overwritten by the live answer
 
 
+@pytest.mark.unit
 def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -183,6 +192,7 @@ def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
     assert cache.read(cache_key("http://b/v1", request())) is None  # absent: a plain miss, not counted
 
 
+@pytest.mark.unit
 def test_answers_are_appended_to_one_file_not_one_file_each(tmp_path: Path) -> None:
     inner = Counting()
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -209,6 +219,7 @@ sys.stdin.read()  # hold the segment until told to go
 """
 
 
+@pytest.mark.e2e
 def test_processes_writing_at_once_each_append_to_their_own_file(tmp_path: Path) -> None:
     reader = ResponseCache(tmp_path)
     assert reader.get("a" + "0" * 63) is None  # indexed before the others wrote
@@ -226,6 +237,7 @@ def test_processes_writing_at_once_each_append_to_their_own_file(tmp_path: Path)
     assert len(reader.keys()) == 600
 
 
+@pytest.mark.unit
 def test_a_killed_writers_torn_line_is_ended_rejected_and_replaced(tmp_path: Path) -> None:
     good, torn = cache_key("http://a/v1", request(model="good")), cache_key("http://a/v1", request())
     (tmp_path / "answers").mkdir()
@@ -243,6 +255,7 @@ def test_a_killed_writers_torn_line_is_ended_rejected_and_replaced(tmp_path: Pat
     assert ResponseCache(tmp_path).get(torn) == ChatResponse("answer 1", 3, 2, cached=True)
 
 
+@pytest.mark.unit
 def test_a_planted_line_in_another_file_does_not_shadow_the_answer_that_replaced_it(tmp_path: Path) -> None:
     key = cache_key("http://a/v1", request())
     inner = Counting()
@@ -255,6 +268,7 @@ def test_a_planted_line_in_another_file_does_not_shadow_the_answer_that_replaced
     assert ResponseCache(tmp_path).get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # a later run hits
 
 
+@pytest.mark.unit
 def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("mine\n")
@@ -265,6 +279,7 @@ def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) ->
     assert ResponseCache(tmp_path / "cache").keys() == {cache_key("http://a/v1", request())}
 
 
+@pytest.mark.e2e
 def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     cache.put("a" * 64, ChatResponse("parent", 1, 1), "m")
@@ -283,6 +298,7 @@ def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
 # --- planted entries in a run --------------------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     served_project.run(dataset).assert_outcomes(passed=2)

@@ -29,24 +29,28 @@ def ask(server: FakeOpenAI, *, timeout: float = 5.0, max_retries: int = 2):
     return asyncio.run(go())
 
 
+@pytest.mark.e2e
 def test_answer_and_tokens(fake_openai: FakeOpenAI) -> None:
     response = ask(fake_openai)
     assert '"ordered_ids": ["a"]' in response.text
     assert response.prompt_tokens > 0 and response.completion_tokens > 0 and response.retries == 0
 
 
+@pytest.mark.e2e
 def test_an_answer_served_as_text_plain_is_read(fake_openai: FakeOpenAI) -> None:
     fake_openai.fail_next("json_as_text")
     response = ask(fake_openai)
     assert '"ordered_ids": ["a"]' in response.text and response.prompt_tokens > 0 and response.retries == 0
 
 
+@pytest.mark.e2e
 def test_answer_fields_not_of_their_types_read_as_none(fake_openai: FakeOpenAI) -> None:
     fake_openai.fail_next("odd_types")
     response = ask(fake_openai)
     assert (response.text, response.prompt_tokens, response.completion_tokens, response.finish_reason) == ("", 0, 0, None)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["429", "500", "drop", "slow"])
 def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault: str) -> None:
     fake_openai.slow_seconds = 1.5
@@ -58,6 +62,7 @@ def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault
     assert len(fake_openai.requests) == 2
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("fault", "cause"),
     [("500", "HTTP 500 (upstream exploded) after 1 retry"), ("drop", "connection error ("),
@@ -73,6 +78,7 @@ def test_exhausted_retries_name_the_cause(fake_openai: FakeOpenAI, fault: str, c
     assert "\n" not in message and info.value.retries == 1 and len(fake_openai.requests) == 2
 
 
+@pytest.mark.e2e
 def test_error_messages_never_carry_the_key(fake_openai: FakeOpenAI) -> None:
     fake_openai.always = "401"
     with pytest.raises(ModelError) as info:
@@ -82,6 +88,7 @@ def test_error_messages_never_carry_the_key(fake_openai: FakeOpenAI) -> None:
     assert len(fake_openai.requests) == 1  # a 401 is not retried
 
 
+@pytest.mark.unit
 def test_a_request_filled_in_directly_is_the_dataclasss_own() -> None:
     """chat_request (every model call of the engine) makes what ChatRequest(...) makes,
     every field set, still frozen; a field ChatRequest gains must be added there too."""
@@ -96,6 +103,7 @@ def test_a_request_filled_in_directly_is_the_dataclasss_own() -> None:
         made.role = "rewriter"  # type: ignore[misc]
 
 
+@pytest.mark.unit
 def test_a_response_filled_in_directly_is_the_dataclasss_own() -> None:
     """chat_response (the mock's every answer) makes what ChatResponse(...) makes: the
     other fields at their defaults, in the fields' order, still frozen."""

@@ -18,6 +18,7 @@ ROW = ('{"query_id": "%s", "query": "kettle", "target_id": "t", "candidates": [{
        '"description": "1.7 l steel kettle."}, {"id": "t", "title": "Travel kettle", "description": "Folding."}]}\n')
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("flag", ["--geo-report", "--geo-html"])
 def test_a_report_path_that_is_a_directory_is_a_usage_error_at_start(pytester: pytest.Pytester, flag: str) -> None:
     copy_prompts(pytester.path / "prompts")
@@ -28,6 +29,7 @@ def test_a_report_path_that_is_a_directory_is_a_usage_error_at_start(pytester: p
     result.stderr.fnmatch_lines([f"ERROR: {flag}: out is a directory; name a file"])
 
 
+@pytest.mark.plugin
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
 def test_a_report_path_without_write_access_is_a_usage_error_at_start(pytester: pytest.Pytester) -> None:
     copy_prompts(pytester.path / "prompts")
@@ -38,6 +40,7 @@ def test_a_report_path_without_write_access_is_a_usage_error_at_start(pytester: 
     result.stderr.fnmatch_lines(["ERROR: --geo-report: cannot write locked/r.json: no write access to *locked"])
 
 
+@pytest.mark.plugin
 def test_a_report_path_under_a_file_is_a_usage_error_at_start(pytester: pytest.Pytester) -> None:
     copy_prompts(pytester.path / "prompts")
     (pytester.path / "rows.jsonl").write_text(ROW % "ok1")
@@ -57,6 +60,7 @@ def pytest_sessionstart(session):
 '''
 
 
+@pytest.mark.plugin
 def test_a_report_write_failing_at_the_end_keeps_the_summary_and_the_other_report(pytester: pytest.Pytester) -> None:
     copy_prompts(pytester.path / "prompts")
     (pytester.path / "rows.jsonl").write_text(ROW % "ok1" + ROW % "ok2")
@@ -86,6 +90,7 @@ def mock_project(pytester: pytest.Pytester) -> None:
     (pytester.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(2)))
 
 
+@pytest.mark.plugin
 def test_a_report_on_a_full_disk_fails_the_run_in_the_final_line(pytester: pytest.Pytester) -> None:
     mock_project(pytester)
     full = full_device(pytester.path / "full")
@@ -115,6 +120,7 @@ def pytest_runtestloop(session):  # reports are written when the loop ends
 '''
 
 
+@pytest.mark.e2e
 def test_a_previous_report_never_stays_as_this_runs(pytester: pytest.Pytester) -> None:
     mock_project(pytester)
     pytester.makeconftest(DISK_FULL_AT_THE_END)
@@ -134,6 +140,7 @@ def test_a_previous_report_never_stays_as_this_runs(pytester: pytest.Pytester) -
     assert sorted(p.name for p in (pytester.path / "out").iterdir()) == []  # no temp file left either
 
 
+@pytest.mark.e2e
 def test_egeo_report_on_a_full_disk_exits_1_and_leaves_the_device(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)

@@ -11,6 +11,8 @@ import pytest
 
 from pytest_geo.engine.row_future import RowFuture
 
+pytestmark = pytest.mark.unit
+
 
 def _later(seconds: float, action: object) -> threading.Thread:
     def run() -> None:

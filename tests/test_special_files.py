@@ -39,6 +39,7 @@ def run_limited(pytester: pytest.Pytester, code: str) -> subprocess.CompletedPro
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 
 
+@pytest.mark.e2e
 @needs_fifo
 def test_a_fifo_named_as_dataset_is_a_usage_error(pytester: pytest.Pytester) -> None:
     os.mkfifo(pytester.path / "rows.jsonl")
@@ -47,6 +48,7 @@ def test_a_fifo_named_as_dataset_is_a_usage_error(pytester: pytest.Pytester) -> 
     result.stderr.fnmatch_lines(["ERROR: --geo-dataset: dataset not a regular file: rows.jsonl"])
 
 
+@pytest.mark.e2e
 def test_egeo_on_dev_zero_stops_with_one_line_in_bounded_memory(pytester: pytest.Pytester) -> None:
     copy_prompts(pytester.path / "prompts")
     (pytester.path / "zero.jsonl").symlink_to("/dev/zero")
@@ -56,6 +58,7 @@ def test_egeo_on_dev_zero_stops_with_one_line_in_bounded_memory(pytester: pytest
     assert done.stderr == "egeo: error: zero.jsonl: cannot read dataset: not a regular file (a character device)\n"
 
 
+@pytest.mark.e2e
 @needs_fifo
 @pytest.mark.parametrize("special", ["fifo", "zero"])
 def test_suite_data_that_is_not_a_regular_file_is_a_collection_error(pytester: pytest.Pytester,
@@ -74,6 +77,7 @@ def test_suite_data_that_is_not_a_regular_file_is_a_collection_error(pytester: p
     no_traceback(result)
 
 
+@pytest.mark.plugin
 def test_a_line_over_the_cap_is_a_line_problem_and_the_other_rows_run(pytester: pytest.Pytester) -> None:
     from pytest_geo.data.dataset import MAX_LINE_BYTES
 
@@ -88,6 +92,7 @@ def test_a_line_over_the_cap_is_a_line_problem_and_the_other_rows_run(pytester: 
     assert max(map(len, result.outlines)) < 300
 
 
+@pytest.mark.e2e
 def test_cache_entries_that_are_fifos_links_to_dev_zero_or_huge_are_misses(pytester: pytest.Pytester) -> None:
     from pytest_geo.llm.cache import MAX_ENTRY_BYTES, ResponseCache
 
@@ -108,6 +113,7 @@ def test_cache_entries_that_are_fifos_links_to_dev_zero_or_huge_are_misses(pytes
     assert done.stdout.strip() == "[None, None, None]"
 
 
+@pytest.mark.e2e
 @needs_fifo
 def test_a_run_over_a_cache_with_planted_fifos_and_dev_zero_links_completes(served_project: Any) -> None:
     dataset = str(served_project.dataset(2))
@@ -132,6 +138,7 @@ ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("bomb", "suite: square\n" + ALIAS_BOMB,
      "bomb.geo.yaml:7: invalid YAML: aliases expand the document beyond 100,000 nodes"),

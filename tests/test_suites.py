@@ -35,6 +35,7 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest("-p", "no:cacheprovider", *args)
 
 
+@pytest.mark.plugin
 def test_python_suite_scores_test_data_by_default(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_answer=SUITE)
     result = run(pytester, "-v")
@@ -44,6 +45,7 @@ def test_python_suite_scores_test_data_by_default(pytester: pytest.Pytester) -> 
     assert result.stdout.lines[-3] == "Evals:"
 
 
+@pytest.mark.plugin
 def test_split_train_and_all(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_answer=SUITE)
     result = run(pytester, "--geo-split", "train")
@@ -53,12 +55,14 @@ def test_split_train_and_all(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["- answer::exact_match [[]train[]]: 1.0000", "- answer::exact_match [[]test[]]: 0.5000"])
 
 
+@pytest.mark.plugin
 def test_falls_back_to_data_without_test_data(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_answer=SUITE.replace('    test_data={"questions": [("What is 2 + 2?", {"answer": "4"}), ("Capital of Peru?", {"answer": "Lima"})]},\n', ""))
     result = run(pytester, "--collect-only", "-q")
     result.stdout.fnmatch_lines(["test_answer.py::answer::train[[]0[]]", "test_answer.py::answer::train[[]1[]]"])
 
 
+@pytest.mark.plugin
 def test_suite_in_conftest(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SUITE)
     result = run(pytester, "--collect-only", "-q")
@@ -66,6 +70,7 @@ def test_suite_in_conftest(pytester: pytest.Pytester) -> None:
     run(pytester).stdout.fnmatch_lines(["- answer::exact_match: 0.5000"])
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(
     ("returns", "line"),
     [
@@ -90,6 +95,7 @@ def m(rows, expected):
     assert result.stdout.lines[-2] == line
 
 
+@pytest.mark.plugin
 def test_metric_that_raises_scores_zero_and_the_rest_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -111,6 +117,7 @@ def ratio(rows, expected):
     assert report["rows"][1]["feedback"] == "error: ZeroDivisionError: division by zero"
 
 
+@pytest.mark.plugin
 def test_other_return_values_are_row_errors(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -127,6 +134,7 @@ def m(rows, expected):
     ])
 
 
+@pytest.mark.plugin
 def test_two_metrics_is_an_error_naming_the_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=SUITE + "\n@answer_eval.metric\ndef other(questions, expected):\n    return 1\n")
     result = run(pytester)
@@ -134,6 +142,7 @@ def test_two_metrics_is_an_error_naming_the_suite(pytester: pytest.Pytester) -> 
     result.stdout.fnmatch_lines(["*suite 'answer' defines 2 metrics (exact_match, other); a suite has exactly one*"])
 
 
+@pytest.mark.plugin
 def test_metric_naming_an_undefined_dataset(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=SUITE.replace("def exact_match(questions,", "def exact_match(quizzes,").replace(
         "answer(questions)", "answer(quizzes)"))
@@ -144,6 +153,7 @@ def test_metric_naming_an_undefined_dataset(pytester: pytest.Pytester) -> None:
     ])
 
 
+@pytest.mark.plugin
 def test_data_callable_that_raises_fails_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -162,6 +172,7 @@ def m(rows, expected):
     result.stdout.fnmatch_lines(["*suite 's': dataset 'rows' failed to load: RuntimeError: database is down*"])
 
 
+@pytest.mark.plugin
 def test_data_file_that_cannot_be_read_fails_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -176,6 +187,7 @@ def m(rows, expected):
     result.stdout.fnmatch_lines(["*suite 's': dataset 'rows' failed to load: *missing.jsonl: cannot read dataset*"])
 
 
+@pytest.mark.plugin
 def test_jsonl_data_path(pytester: pytest.Pytester) -> None:
     pytester.makefile(".jsonl", pairs='{"input": 2, "expected": 4}\n{"input": 3, "expected": 9}\n')
     pytester.makepyfile(test_s='''
@@ -189,6 +201,7 @@ def m(rows, expected):
     run(pytester).stdout.fnmatch_lines(["- square::m: 1.0000"])
 
 
+@pytest.mark.plugin
 def test_empty_dataset_reports_no_examples(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -203,6 +216,7 @@ def m(rows, expected):
     assert result.stdout.lines[-2] == "- s::m: 0.0000 | no examples"
 
 
+@pytest.mark.plugin
 def test_feedback_is_folded_and_shortened(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -221,6 +235,7 @@ def m(rows, expected):
     assert shown + left == 50
 
 
+@pytest.mark.plugin
 def test_markers_select_suites(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_answer=SUITE, test_plain="def test_ok():\n    pass\n")
     pytester.makepyfile(test_other='''
@@ -238,6 +253,7 @@ def m(rows, expected):
     result.stdout.no_fnmatch_line("*answer::*")
 
 
+@pytest.mark.plugin
 def test_deselected_rows_are_never_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -264,6 +280,7 @@ def m(rows, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_threshold_fails_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=THRESHOLD.replace("THRESHOLD", "0.75"))
     result = run(pytester)
@@ -272,6 +289,7 @@ def test_threshold_fails_the_run(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["FAILED s::threshold - score 0.5000 < 0.7500 (s::m, n=2)"])
 
 
+@pytest.mark.plugin
 def test_threshold_met_and_min_score_override(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=THRESHOLD.replace("THRESHOLD", "0.5"))
     assert run(pytester).ret == 0
@@ -280,11 +298,13 @@ def test_threshold_met_and_min_score_override(pytester: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["FAILED s::threshold - score 0.5000 < 0.6000 (s::m, n=2)"])
 
 
+@pytest.mark.plugin
 def test_scores_alone_never_fail_without_threshold(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=THRESHOLD.replace("THRESHOLD", "None"))
     assert run(pytester).ret == 0
 
 
+@pytest.mark.plugin
 def test_bad_min_score_value(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--geo-min-score", "s")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -305,6 +325,7 @@ markers: [math]
 """
 
 
+@pytest.mark.plugin
 def test_yaml_suite_with_builtin_metric(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert()
     pytester.makepyfile(procs="def square(x):\n    return x * x\n\ndef close(rows, expected):\n    return (1.0, 'ok')\n")
@@ -314,6 +335,7 @@ def test_yaml_suite_with_builtin_metric(pytester: pytest.Pytester) -> None:
     assert result.stdout.lines[-2] == "- square::exact_match: 0.5000"
 
 
+@pytest.mark.plugin
 def test_yaml_suite_with_function_metric(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert()
     pytester.makepyfile(procs="def close(rows, expected):\n    return (1.0, 'ok')\n")
@@ -323,6 +345,7 @@ def test_yaml_suite_with_function_metric(pytester: pytest.Pytester) -> None:
     assert result.stdout.lines[-2] == "- square::close: 1.0000 | ok (x2)"
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -345,6 +368,7 @@ def test_bad_yaml_suite_files(pytester: pytest.Pytester, text: str, message: str
     assert not (pytester.path / "pwned").exists()
 
 
+@pytest.mark.plugin
 def test_suite_files_pattern_is_configurable(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert()
     pytester.makepyfile(procs="def square(x):\n    return x * x\n")
@@ -353,6 +377,7 @@ def test_suite_files_pattern_is_configurable(pytester: pytest.Pytester) -> None:
     run(pytester).assert_outcomes(passed=2)
 
 
+@pytest.mark.plugin
 def test_geo_metric_in_a_declared_suite_shares_the_report_format(geo_project: pytest.Pytester) -> None:
     geo_project.makefile(".geo.yaml", rewriter=textwrap.dedent("""
         suite: rewriter
@@ -379,6 +404,7 @@ def test_geo_metric_in_a_declared_suite_shares_the_report_format(geo_project: py
         assert by_suite[name]["n"] == 8
 
 
+@pytest.mark.plugin
 def test_repository_example_suites_run_offline(geo_project: pytest.Pytester) -> None:
     repo = Path(__file__).resolve().parent.parent
     shutil.copytree(repo / "eval", geo_project.path / "eval")
@@ -391,6 +417,7 @@ def test_repository_example_suites_run_offline(geo_project: pytest.Pytester) -> 
     ]
 
 
+@pytest.mark.plugin
 def test_pytest_markers_lists_suites_of_conftest_and_yaml_files(pytester: pytest.Pytester) -> None:
     pytester.makeconftest('''
 import pytest_geo
@@ -427,6 +454,7 @@ def exits(rows, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_a_metric_calling_sys_exit_scores_zero_with_an_error_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=EXITING_METRIC)
     result = pytester.runpytest("-p", "no:cacheprovider", "--geo-report", "r.json")
@@ -439,6 +467,7 @@ def test_a_metric_calling_sys_exit_scores_zero_with_an_error_line(pytester: pyte
         (0.0, "error: SystemExit: 3"), (0.0, "error: SystemExit")]
 
 
+@pytest.mark.e2e
 def test_a_metric_raising_keyboard_interrupt_still_stops_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s='''
 import pytest_geo
@@ -484,6 +513,7 @@ def test_plain():
 '''
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args", [(), ("--co",), ("-k", "plain")])
 def test_endless_suite_data_is_a_collection_error_naming_the_suite_and_the_bound(
         pytester: pytest.Pytester, args: tuple[str, ...]) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import copy_prompts
 
+pytestmark = pytest.mark.plugin
+
 ROW = ('{"query_id": "%s", "query": "kettle", "target_id": "t", "candidates": [{"id": "a", "title": "Steel kettle", '
        '"description": "1.7 l steel kettle."}, {"id": "t", "title": "Travel kettle", "description": "Folding."}]}\n')
 

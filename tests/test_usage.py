@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_call_failing_with_any_exception_counts_as_an_error() -> None:
     import asyncio

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_reporting import transcript_lines
 
-from conftest import copy_prompts
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, copy_prompts
 
 pytest.importorskip("xdist")
 
@@ -86,6 +86,7 @@ def run(project: pytest.Pytester, workers: str, name: str) -> pytest.RunResult:
     )
 
 
+@pytest.mark.xdist
 def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> None:
     single = run(project, "0", "single")
     spread = run(project, "2", "spread")
@@ -116,6 +117,7 @@ def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> No
     assert properties[1]["test_answer.answer::train[4]"] == {"score": "0.0", "feedback": "error: ValueError: no answer for 4"}
 
 
+@pytest.mark.plugin
 def test_plugin_works_without_xdist(geo_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     code = (
@@ -150,7 +152,7 @@ def pytest_sessionfinish(session):
 '''
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_project: pytest.Pytester,
                                                                        workers: str) -> None:
     geo_project.makeconftest(PROPERTIES_CONFTEST)
@@ -181,6 +183,7 @@ def without_timings(report: dict[str, Any]) -> dict[str, Any]:
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
+@pytest.mark.xdist
 def test_colliding_names_keep_each_row_its_own_data_with_and_without_workers(pytester: pytest.Pytester) -> None:
     """Query ids `q1`, `q1`, `q1@line2`, a row without an id on line 4 and `line4`: each
     row keeps its own target and ranks, and -n 2 reports what one process reports."""
