@@ -8,6 +8,7 @@ import gzip
 import html
 import json
 import urllib.parse
+from typing import Any
 
 import pytest
 
@@ -83,6 +84,29 @@ def test_redact_replaces_the_key_in_each_form_and_decoding_never_gives_it_back(f
     assert decoded.startswith("A kettle. ") and decoded.endswith(" Steel.")
     assert KEY not in decoded and KEY not in html.unescape(decoded) and KEY not in urllib.parse.unquote(decoded)
     assert KEY.replace("p", "\\u0070") not in decoded
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("written", [KEY.replace("p", "\\\\u0070"), KEY.replace("p", "%2570"),
+                                     KEY.replace("/", "&amp;#47;")], ids=["\\\\u0070", "%2570", "&amp;#47;"])
+def test_a_key_escaped_twice_is_redacted(written: str) -> None:
+    """Two layers: `\\\\u0070` in a JSON answer reads `\\u0070`, which reads `p`; `%2570`
+    reads `%70`, which reads `p`."""
+    answer = "A kettle. " + written + " Steel."
+    assert OpenAIChatClient(api_key=KEY).redact(answer) == "A kettle. [key] Steel."
+
+
+URL_SAFE_KEY = "sk-proj-??>>~~-url-safe-0042"  # its standard base64 holds `/` and `+`
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode], ids=["standard", "URL-safe"])
+def test_a_key_in_either_base64_alphabet_is_redacted(encode: Any) -> None:
+    written = encode(URL_SAFE_KEY.encode()).decode()
+    assert written.rstrip("=") in ("c2stcHJvai0/Pz4+fn4tdXJsLXNhZmUtMDA0Mg", "c2stcHJvai0_Pz4-fn4tdXJsLXNhZmUtMDA0Mg")
+    redacted = OpenAIChatClient(api_key=URL_SAFE_KEY).redact(f"Authorization: Bearer {written}")
+    assert redacted.startswith("Authorization: Bearer ") and "[key]" in redacted
+    assert "Pz4" not in redacted and "fn4tdXJsLXNhZmUtMDA0" not in redacted
 
 
 @pytest.mark.unit
