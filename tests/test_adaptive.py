@@ -222,6 +222,28 @@ def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate(
     assert controller.limit == pytest.approx(START * TRIM_ON_PRESSURE)  # trimmed once, then no growth
 
 
+@pytest.mark.unit
+def test_headers_showing_an_untouched_budget_set_no_refill_rate_and_never_throttle() -> None:
+    """Remaining equal to the limit: nothing was spent, so there is no refill to measure
+    (not a rate of zero)."""
+    untouched = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "100",
+                 "x-ratelimit-reset-requests": "1s"}
+    assert refill_rate(untouched) is None
+    assert refill_rate({**untouched, "x-ratelimit-remaining-requests": "60"}) == 40.0  # 40 spent, back within 1 s
+
+    async def scenario(headers: dict[str, str]) -> AdaptiveConcurrency:
+        controller = _controller()
+        for _ in range(50):
+            controller.observe(200, headers)
+            controller.call_succeeded(0.1)
+        return controller
+
+    with_headers, without = asyncio.run(scenario(untouched)), asyncio.run(scenario({}))
+    assert with_headers.request_cap is None
+    assert (with_headers.limit, with_headers.requests.limit) == (without.limit, without.requests.limit)
+    assert with_headers.requests.limit == 64  # grown as without any header, not held to one request
+
+
 class FakeClock:
     """time.monotonic for the controller, moved by hand."""
 

@@ -317,3 +317,39 @@ def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: G
     served_project.server.reset()
     served_project.run(dataset).assert_outcomes(passed=2)  # the live answers replaced them
     assert served_project.server.requests == []
+
+
+# --- answers cut at the output-token cap ---------------------------------------------------------
+
+
+class CutAtTheCap(Counting):
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        return ChatResponse(text='{"ordered_ids": ["a", "b"', prompt_tokens=3, completion_tokens=19,
+                            finish_reason="length")
+
+
+@pytest.mark.unit
+def test_an_answer_cut_at_the_output_cap_is_never_cached(tmp_path: Path) -> None:
+    inner = CutAtTheCap()
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    answers = [asyncio.run(client.complete(request())) for _ in range(2)]
+    assert inner.calls == 2 and ResponseCache(tmp_path).keys() == set()
+    assert [(a.finish_reason, a.cached) for a in answers] == [("length", False), ("length", False)]
+
+
+@pytest.mark.plugin
+def test_a_rerun_asks_again_for_an_answer_cut_at_the_cap_and_reports_the_cut_again(
+        served_project: GeoProject) -> None:
+    """The rewrite (20 tokens as the fake server counts them) is cut at a cap of 19, so
+    each run asks for it again."""
+    dataset = str(served_project.dataset(2))
+    for run in ("first", "second"):
+        served_project.server.reset()
+        result = served_project.run(dataset, "--geo-max-output-tokens", "19")
+        result.assert_outcomes(failed=2)
+        result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap "
+                                     "(--geo-max-output-tokens 19): raise it*",
+                                     "  rewriter: calls=2 cache_hits=0 *"])  # never answered from the cache
+        rewrites = [r for r in served_project.server.requests if "rewritten_description" in json.dumps(r["body"])]
+        assert len(rewrites) == 2, run  # one a row, on the second run too
