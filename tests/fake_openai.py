@@ -67,7 +67,7 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key", "huge", "odd_types", "json_as_text")
+          "echo_key", "huge", "odd_types", "json_as_text", "context_length")
 HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
@@ -583,6 +583,12 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "400":  # a request no change of parameters fixes, as OpenAI words one
                 self._send(400, {"error": {"message": "Unrecognized request argument supplied: stream_mode",
                                            "type": "invalid_request_error", "param": None, "code": None}})
+                return
+            if fault == "context_length":  # one row's prompt too long, as OpenAI words it
+                self._send(400, {"error": {"message": "This model's maximum context length is 128000 tokens. However, "
+                                                      "your messages resulted in 200000 tokens.",
+                                           "type": "invalid_request_error", "param": "messages",
+                                           "code": "context_length_exceeded"}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
