@@ -117,6 +117,7 @@ def test_each_subpackage_says_what_it_owns() -> None:
         assert docstring, f"{init} has no docstring"
 
 
+@pytest.mark.unit
 def test_the_model_layer_imports_nothing_from_the_engine() -> None:
     """Imports point down: the engine is handed a ready client stack (llm/stack.py), so
     nothing under llm/ imports the engine, at import time or later."""
