@@ -1,0 +1,110 @@
+"""Servers that lie (issue 38): answers that break encoders, pages that are not the
+protocol, usage that is not honest, headers that are not numbers, bodies that never end.
+Each runs the real `openai` SDK over real HTTP against tests/fake_openai.py on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI
+
+from conftest import PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
+from pytest_geo.llm.base import ChatRequest, ModelError
+from pytest_geo.llm.openai_client import OpenAIChatClient
+
+KEY = "sk-test-dummy-0000"
+RANKER = ChatRequest(
+    "ranker", "m", ({"role": "system", "content": 'Answer {"ordered_ids": [...]}'},
+                    {"role": "user", "content": 'Query: kettle\n[{"id": "a", "title": "kettle", "description": "x"}]'}),
+)
+
+
+def ask(server: FakeOpenAI, timeout: float = 5.0, max_retries: int = 0) -> object:
+    async def go() -> object:
+        client = OpenAIChatClient(KEY, server.url, timeout=timeout, max_retries=max_retries)
+        try:
+            return await client.complete(RANKER)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def fail_row(server: FakeOpenAI, row: str, fault: str) -> None:
+    """Every call of the row whose query names `row` gets `fault`; the others are answered."""
+    server.fault_for = lambda body: fault if f"red kettle number {row}\n" in json.dumps(body["messages"]) \
+        .encode().decode("unicode_escape") else None
+
+
+# A lone surrogate -------------------------------------------------------------------------
+
+def test_a_lone_surrogate_is_one_rows_error_and_every_report_is_written(served_project: GeoProject) -> None:
+    server = served_project.server
+    server.fault_for = lambda body: "surrogate" if "number 1" in json.dumps(body) else None
+    result = served_project.run(str(served_project.dataset(4)), "--geo-concurrency", "1", "--geo-report", "r.json",
+                                "--geo-html", "r.html", "--junitxml", "j.xml", "--geo-no-cache")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*holds a lone surrogate (an escape such as \\ud800 with no pair)*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    path = served_project.pytester.path
+    report = json.loads((path / "r.json").read_text(encoding="utf-8"))
+    assert sorted(r["query_id"] for r in report["rows"] if r.get("error") is None) == ["r0", "r2", "r3"]
+    assert (path / "r.html").stat().st_size > 0 and (path / "j.xml").stat().st_size > 0
+    transcripts = [p for p in path.iterdir() if "transcript" in p.name]
+    assert transcripts and all(p.stat().st_size > 0 for p in transcripts)
+
+
+def test_egeo_scores_the_other_rows_when_one_answer_holds_a_lone_surrogate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=3)
+    fake_openai.fault_for = lambda body: "surrogate" if "number 0" in json.dumps(body) else None
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--no-cache", "--report", "r.json"])
+    out = capsys.readouterr()
+    assert code == 1
+    assert "r0: error:" in out.out + out.err and "lone surrogate" in out.out + out.err
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert sorted(r["query_id"] for r in report["rows"] if r.get("error") is None) == ["r1", "r2"]
+
+
+def test_a_lone_surrogate_in_the_protocols_text_is_that_calls_error(fake_openai: FakeOpenAI) -> None:
+    fake_openai.fail_next("raw_surrogate")
+    with pytest.raises(ModelError) as info:
+        ask(fake_openai)
+    assert str(info.value) == ("ranker model call failed: the answer is not valid text (it holds a lone surrogate, "
+                               "such as \\ud800)")
+    assert not info.value.transport  # one row's error: the server itself is fine
+
+
+# Answers that are not the protocol --------------------------------------------------------
+
+def test_a_gateway_page_as_every_answer_stops_the_run_naming_the_role(served_project: GeoProject) -> None:
+    served_project.server.always = "html"
+    result = served_project.run(str(served_project.dataset(30)), "--geo-concurrency", "1", "--geo-no-cache",
+                                "--geo-report", "r.json")
+    assert len(served_project.server.requests) <= 20  # 8 consecutive failed calls trip the breaker (60 without)
+    result.stdout.fnmatch_lines([
+        "*stopped calling 127.0.0.1 (model *) after 8 consecutive failed calls; last: ranker model call failed: "
+        "the server's answer is not a chat completion: '<html><head><title>502 Bad Gateway*"])
+    report = json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
+    errors = sum(role["errors"] for role in report["usage"].values())
+    calls = sum(role["calls"] for role in report["usage"].values())
+    assert 8 <= errors <= calls <= len(served_project.server.requests)  # the rest: cancelled with their row
+    assert report["complete"] is False
+
+
+def test_unusable_answers_are_never_cached_so_a_rerun_asks_again(served_project: GeoProject) -> None:
+    server = served_project.server
+    dataset = str(served_project.dataset(3))
+    faults = {"number 0": "overloaded", "number 1": "html"}  # a refusal in prose; a gateway's page
+    server.fault_for = lambda body: next((f for row, f in faults.items() if row in json.dumps(body)), None)
+    served_project.run(dataset, "--geo-cache-dir", "c").assert_outcomes(passed=1, failed=2)
+    server.reset()  # the server is well again: r0 and r1 are asked live, r2 comes from the cache
+    served_project.run(dataset, "--geo-cache-dir", "c").assert_outcomes(passed=3)
+    asked = {row for r in server.requests for row in ("number 0", "number 1", "number 2") if row in json.dumps(r["body"])}
+    assert asked == {"number 0", "number 1"}
