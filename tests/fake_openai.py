@@ -83,6 +83,7 @@ RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking"
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description unchanged
+HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and the answer
 MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
 GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
 
@@ -189,7 +190,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.refuse_response_format = False  # a server without structured outputs
         # Every chat answer's `usage` replaced by this (MISSING: no usage field at all), and
         # these headers added to every answer: what a server that lies about both sends.
-        self.usage_as: Any = None
+        self.usage_as: Any = HONEST
         self.extra_headers: dict[str, str] = {}
         self.trickle_seconds = 0.5
 
@@ -221,7 +222,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.billed = dict.fromkeys(self.billed, 0)
             self.serial = False
             self.refuse_response_format = False
-            self.usage_as = None
+            self.usage_as = HONEST
             self.extra_headers = {}
 
     def batch_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -636,7 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
                     server.billed[name] += answer["usage"][name]
             if server.usage_as is MISSING:
                 del answer["usage"]
-            elif server.usage_as is not None:
+            elif server.usage_as is not HONEST:
                 answer["usage"] = server.usage_as
             self._send(200, answer, {**limit_headers, **server.extra_headers})
         except (BrokenPipeError, ConnectionResetError, OSError):

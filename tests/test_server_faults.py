@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_openai import FakeOpenAI
+from fake_openai import MISSING, FakeOpenAI
 
 from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
@@ -108,3 +108,36 @@ def test_unusable_answers_are_never_cached_so_a_rerun_asks_again(served_project:
     served_project.run(dataset, "--geo-cache-dir", "c").assert_outcomes(passed=3)
     asked = {row for r in server.requests for row in ("number 0", "number 1", "number 2") if row in json.dumps(r["body"])}
     assert asked == {"number 0", "number 1"}
+
+
+# Usage the server does not report honestly ------------------------------------------------
+
+@pytest.mark.parametrize("usage", [MISSING, None, "12 tokens", {"prompt_tokens": 12.5, "completion_tokens": 3},
+                                   {"prompt_tokens": -40, "completion_tokens": 3},
+                                   {"prompt_tokens": 10**15, "completion_tokens": 10**15}],
+                         ids=["missing", "null", "string", "float", "negative", "absurd"])
+def test_an_answer_without_honest_usage_has_an_unknown_cost_never_zero(served_project: GeoProject,
+                                                                       usage: object) -> None:
+    served_project.server.usage_as = usage
+    result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["cost: unknown, the server reported no usable token counts for 6 calls of "
+                                 "ranker, rewriter; tokens above"])
+    assert "cost: $0.00" not in result.stdout.str()
+    report = json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert report["cost"]["total"] is None and report["cost"]["roles"]["ranker"]["cost"] is None
+    assert report["cost"]["unreported_usage_roles"] == ["ranker", "rewriter"]
+    assert report["usage"]["ranker"]["unreported_usage"] == 4 and report["usage"]["ranker"]["prompt_tokens"] == 0
+
+
+def test_a_budget_charges_an_answer_without_usage_its_reservation(served_project: GeoProject) -> None:
+    """Honest usage spends about $0.00015 a row here; each call's worst case (its prompt and
+    4,096 output tokens at gpt-4o-mini's price) is about $0.0026, so $0.005 holds one call
+    charged at its reservation, and the second call's worst case no longer fits."""
+    server = served_project.server
+    server.usage_as = MISSING
+    result = served_project.run(str(served_project.dataset(30)), "--geo-no-cache", "--geo-budget", "0.005",
+                                "--geo-concurrency", "1")
+    assert len(server.requests) == 1  # without the charge: all 90 calls at "$0.00"
+    result.stdout.fnmatch_lines(["budget: $0.00 spent of $0.005000 (and up to $0.0026*, 5,415 tokens charged for calls "
+                                 "whose cost is unknown*budget reached: a rewriter call*"])

@@ -3,7 +3,8 @@
 Before a call is sent it reserves its worst case: an upper bound of its prompt's tokens
 (`prompt_token_bound`) plus its output-token cap, priced at its model's list price (the
 Batch API's discount included). When the answer comes the reservation is replaced by what
-the server reported. A call whose worst case would cross the limit waits while other calls
+the server reported (an answer without believable usage keeps its worst case, charged as
+unknown). A call whose worst case would cross the limit waits while other calls
 hold reservations (their answers usually cost less, and free the difference); once it
 could not fit even if every reservation were released, the budget is reached: that call
 and every later one raise BudgetReached (a ServerUnusable, so its row counts as not run).
@@ -130,6 +131,9 @@ class BudgetClient:
         except BaseException:  # cancelled in flight, or a client that raised: maybe billed
             self._settle(worst, None)
             raise
+        if not response.usage_reported:  # what it cost is unknown: charged its worst case
+            self._settle(worst, None)
+            return response
         actual = self.actual(request, response)
         self._settle(worst, actual, lambda: (
             f"budget stopped: a {request.role} call to {request.model} was billed {describe(actual)}, more than "
