@@ -592,7 +592,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "slow":
                 time.sleep(server.slow_seconds)
             if fault == "429":
-                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0.1"})
+                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                           {"Retry-After": "0.1", **server.extra_headers})
                 return
             if fault == "401":  # like OpenAI: the error echoes the key it was given
                 given = self.headers.get("Authorization", "").removeprefix("Bearer ")

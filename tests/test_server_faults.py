@@ -141,3 +141,17 @@ def test_a_budget_charges_an_answer_without_usage_its_reservation(served_project
     assert len(server.requests) == 1  # without the charge: all 90 calls at "$0.00"
     result.stdout.fnmatch_lines(["budget: $0.00 spent of $0.005000 (and up to $0.0026*, 5,415 tokens charged for calls "
                                  "whose cost is unknown*budget reached: a rewriter call*"])
+
+
+# Rate-limit headers that are not numbers --------------------------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "1e-320", "inf", "-5"])
+def test_rate_limit_headers_that_are_not_usable_numbers_are_ignored(served_project: GeoProject, value: str) -> None:
+    server = served_project.server
+    server.extra_headers = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "0",
+                            "x-ratelimit-reset-requests": value, "retry-after-ms": value}
+    server.fail_next("429")  # a 429 whose wait is read from them
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset, "--geo-no-cache", "--geo-concurrency", "auto").assert_outcomes(passed=2)
+    server.extra_headers["x-ratelimit-remaining-requests"] = "50"  # successes whose refill rate is read
+    served_project.run(dataset, "--geo-no-cache", "--geo-concurrency", "auto").assert_outcomes(passed=2)
