@@ -155,3 +155,33 @@ def test_rate_limit_headers_that_are_not_usable_numbers_are_ignored(served_proje
     served_project.run(dataset, "--geo-no-cache", "--geo-concurrency", "auto").assert_outcomes(passed=2)
     server.extra_headers["x-ratelimit-remaining-requests"] = "50"  # successes whose refill rate is read
     served_project.run(dataset, "--geo-no-cache", "--geo-concurrency", "auto").assert_outcomes(passed=2)
+
+
+# Settings no call could use: refused at start ---------------------------------------------
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_timeout_that_is_not_a_finite_number_is_refused_at_start(served_project: GeoProject, value: str) -> None:
+    result = served_project.run(str(served_project.dataset(1)), f"--geo-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--geo-timeout: '{value}' is not a finite number*"])
+    assert served_project.server.requests == []
+
+
+def test_egeo_refuses_a_timeout_that_is_not_finite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=1)
+    with pytest.raises(SystemExit) as info:
+        main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+              "--timeout", "nan"])
+    assert info.value.code == 2
+    assert "--timeout: 'nan' is not a finite number" in capsys.readouterr().err
+    assert fake_openai.requests == []
+
+
+def test_a_price_no_cost_could_be_computed_with_is_refused_at_start(served_project: GeoProject) -> None:
+    served_project.pytester.makeini("[pytest]\ngeo_prices =\n    gpt-4o-mini = 1e308, 1e308\n")
+    result = served_project.run(str(served_project.dataset(1)))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*geo_prices: line 1 'gpt-4o-mini = 1e308, 1e308': prices must be finite, not "
+                                 "negative and at most 100000 dollars per million tokens*"])
+    assert served_project.server.requests == []
