@@ -188,6 +188,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.serving = threading.Lock()
         self.thread: threading.Thread | None = None
         self.refuse_response_format = False  # a server without structured outputs
+        self.refuse_params: set[str] = set()  # refused with OpenAI's unsupported_parameter 400, naming no other
         # Every chat answer's `usage` replaced by this (MISSING: no usage field at all), and
         # these headers added to every answer: what a server that lies about both sends.
         self.usage_as: Any = HONEST
@@ -222,6 +223,7 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.billed = dict.fromkeys(self.billed, 0)
             self.serial = False
             self.refuse_response_format = False
+            self.refuse_params = set()
             self.usage_as = HONEST
             self.extra_headers = {}
 
@@ -608,6 +610,14 @@ class _Handler(BaseHTTPRequestHandler):
                 with server.lock:
                     server.refused.append((str(body.get("model")), refusal["error"]["param"]))
                 self._send(400, refusal)
+                return
+            refused = next((param for param in sorted(server.refuse_params) if param in body), None)
+            if refused is not None:
+                with server.lock:
+                    server.refused.append((str(body.get("model")), refused))
+                self._send(400, {"error": {"message": f"Unsupported parameter: '{refused}' is not supported with "
+                                                      "this model.", "type": "invalid_request_error",
+                                           "param": refused, "code": "unsupported_parameter"}})
                 return
             if fault == "400":  # a request no change of parameters fixes, as OpenAI words one
                 self._send(400, {"error": {"message": "Unrecognized request argument supplied: stream_mode",

@@ -185,3 +185,15 @@ def test_a_price_no_cost_could_be_computed_with_is_refused_at_start(served_proje
     result.stderr.fnmatch_lines(["*geo_prices: line 1 'gpt-4o-mini = 1e308, 1e308': prices must be finite, not "
                                  "negative and at most 100000 dollars per million tokens*"])
     assert served_project.server.requests == []
+
+
+# The budget and healing -------------------------------------------------------------------
+
+def test_a_budget_keeps_the_output_cap_off_a_server_that_refuses_it(served_project: GeoProject) -> None:
+    server = served_project.server
+    server.refuse_params = {"max_tokens"}
+    result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-budget", "1")
+    result.assert_outcomes(passed=3)
+    # Refused for the calls sent before the first refusal came back (a row's two), then never sent again.
+    assert 1 <= len(server.refused) <= 2 and set(server.refused) == {("gpt-4o-mini", "max_tokens")}
+    assert sum("max_tokens" in r["body"] for r in server.requests) == len(server.refused)
