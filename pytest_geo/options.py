@@ -69,7 +69,10 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
+    """A number above 0 that is finite: a NaN or infinite timeout would fail every call."""
     value: float = _convert(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return _at_least(value, text, 0, strict=True)
 
 
