@@ -490,14 +490,14 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
     result = optimize_prompts(_settings(args), options)
     print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    return 1 if apply_refused(result) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
