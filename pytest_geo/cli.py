@@ -30,7 +30,7 @@ from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
-from pytest_geo.report.output import write_report_files
+from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
@@ -184,6 +184,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
+    inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
+              *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
+    check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
     names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
     # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
@@ -330,19 +333,21 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
     result = optimize_prompts(_settings(args), options)
     print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    return 1 if apply_refused(result) else 0
 
 
 def merge(args: argparse.Namespace) -> int:
     from pytest_geo.report.merge import MergeError, merge_reports
 
+    check_output_paths([("--report", args.report), ("--html", args.html)],
+                       [(f"the report {path}", Path(path)) for path in args.reports], Path.cwd())
     try:
         results = merge_reports(args.reports)
     except MergeError as exc:
@@ -372,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

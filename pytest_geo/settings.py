@@ -15,6 +15,7 @@ from pytest_geo.price import Price
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
+FALSY = frozenset({"", "0", "false", "no", "off"})
 DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256
@@ -54,8 +55,16 @@ def connection_help(prefix: str) -> str:
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    value = (environ if environ is not None else os.environ).get(name, "")
-    return value.strip().lower() in TRUTHY
+    """A yes/no variable. A value that is neither (`y`, `maybe`, `2`) is refused: read as
+    "no", `GEO_EVAL_MOCK=y` would run a real, paid run where the user asked for the mock."""
+    raw = (environ if environ is not None else os.environ).get(name, "")
+    value = raw.strip().lower()
+    if value in TRUTHY:
+        return True
+    if value in FALSY:
+        return False
+    raise SettingError(f"{name}={raw!r} is neither yes ({', '.join(sorted(TRUTHY))}) "
+                       f"nor no ({', '.join(sorted(FALSY - {''}))}, or unset)")
 
 
 def mock_from_env() -> bool:

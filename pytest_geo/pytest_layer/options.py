@@ -141,6 +141,30 @@ def check_report_paths(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{flag}: cannot write {value}: {parent} is not a directory")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
+    from pytest_geo.report.output import OutputPathError, check_output_paths
+
+    try:
+        reports = [("--geo-report", config.getoption("geo_report")), ("--geo-html", config.getoption("geo_html"))]
+        check_output_paths(reports, run_inputs(config), config.invocation_params.dir,
+                           others=[("--junitxml", config.option.xmlpath)])
+    except OutputPathError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def run_inputs(config: pytest.Config) -> list[tuple[str, Path]]:
+    """The files a run reads that a report path must not name: the paths given (datasets,
+    test files), the baseline, the prompt files and the variants' templates."""
+    here = config.invocation_params.dir
+    found = [(f"the path {arg}", here / arg.split("::")[0]) for arg in config.args]
+    baseline = config.getoption("geo_baseline")
+    if baseline:
+        found.append((f"--geo-baseline {baseline}", here / baseline))
+    from pytest_geo.pytest_layer.state import settings_of
+    from pytest_geo.report.output import prompt_inputs
+
+    settings = settings_of(config)
+    found += prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])
+    return [(what, path) for what, path in found if path.is_file()]
 
 
 def answer_cache_dir(config: pytest.Config) -> Path | None:
