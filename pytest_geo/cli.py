@@ -21,6 +21,7 @@ from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
+from pytest_geo.llm.endpoints import endpoint_flag
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.llm.usage import cost_line, usage_lines
@@ -125,6 +126,10 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
         help=f"most tokens of each answer, sent on every model call; an answer cut at it fails its row "
         f"(default: {DEFAULT_MAX_OUTPUT_TOKENS})",
     )
+    parser.add_argument("--endpoint", type=endpoint_flag, action="append", default=[], metavar="NAME=URL[,KEYVAR]",
+                        help="a server models name by their prefix (NAME/model), its key in the environment "
+                        "variable KEYVAR (none: it takes no key); repeatable; adds to or overrides the known "
+                        "providers (pytest's ini option geo_endpoints)")
     parser.add_argument("--ranker-model", default=None, metavar="M",
                         help=f"ranker model (env: RANKER_MODEL; default: {DEFAULT_MODELS['ranker']})")
     parser.add_argument("--rewriter-model", default=None, metavar="M",
@@ -253,6 +258,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "max_concurrency": args.max_concurrency,
         "batch": getattr(args, "batch", False),
         "base_url": args.base_url,
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
         "max_output_tokens": args.max_output_tokens,
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,

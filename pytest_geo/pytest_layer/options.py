@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.llm.endpoints import Endpoint
 from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
     alpha,
@@ -223,6 +224,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_repeats", "runs of each GEO row, each with its own candidate order", default="")
     parser.addini("geo_prices", "model prices in dollars per million tokens, one "
                   "'model = input_per_million, output_per_million' a line", type="linelist", default=[])
+    parser.addini("geo_endpoints", "servers a model names by its prefix (NAME/model), one "
+                  "'NAME = BASE_URL [KEY_VARIABLE]' a line, added to or overriding the known providers",
+                  type="linelist", default=[])
     parser.addini("geo_progress", "the live status line: auto, on or off", default="")
     parser.addini("geo_budget", "most dollars to spend on model calls, at list prices", default="")
     parser.addini("geo_budget_tokens", "most tokens (prompt and answer) to spend on model calls", default="")
@@ -266,6 +270,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     sequential = config.getoption("geo_sequential")
     given["sequential"] = bool(config.getini("geo_sequential") if sequential is None else sequential)
     given["prices"] = _prices(config)
+    given["endpoints"] = _endpoints(config)
     given["variants"] = variant_paths(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
     try:
@@ -281,6 +286,15 @@ def _prices(config: pytest.Config) -> dict[str, Price]:
         return parse_price_lines(config.getini("geo_prices"))
     except PriceError as exc:
         raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
+
+
+def _endpoints(config: pytest.Config) -> dict[str, Endpoint]:
+    from pytest_geo.llm.endpoints import EndpointError, parse_endpoint_lines
+
+    try:
+        return parse_endpoint_lines(config.getini("geo_endpoints"))
+    except EndpointError as exc:
+        raise pytest.UsageError(f"{config.inipath or 'ini'}: ini option geo_endpoints: {exc}") from None
 
 
 def variant_paths(config: pytest.Config) -> dict[str, Path]:
