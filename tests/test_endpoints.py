@@ -148,6 +148,8 @@ def test_bare_and_unknown_prefixed_models_keep_the_default_server(pytester: pyte
                                 "--geo-base-url", servers["default"].url,
                                 "--geo-ranker-model", "Qwen/Qwen2.5-7B", "--geo-rewriter-model", "rank/r")
     result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["geo: model ranker=Qwen/Qwen2.5-7B rewriter=rank/r, server 127.0.0.1, "
+                                 "endpoint rank (127.0.0.1), prompts *"])
     assert sent(servers["default"]) == ({"Qwen/Qwen2.5-7B"}, {f"Bearer {DUMMY_KEY}"})
     assert sent(servers["rank"]) == ({"r"}, {f"Bearer {KEYS['RANK_KEY']}"})
     assert servers["rewrite"].requests == []
