@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir, geo_rows
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, copy_prompts, egeo_workdir, geo_rows
 from pytest_geo.cli import main
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
@@ -287,6 +287,20 @@ def test_egeo_routes_roles_to_the_endpoints_it_is_given(servers: dict[str, FakeO
     assert main(args) == 2
     assert ("the rewriter model rewrite/rewriter-m: endpoint rewrite (127.0.0.1) needs its key in REWRITE_KEY"
             in capsys.readouterr().err)
+
+
+@pytest.mark.usefixtures("endpoint_env")
+def test_egeo_optimize_checks_the_optimizer_s_endpoint_at_start(servers: dict[str, FakeOpenAI], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    prompts = copy_prompts(tmp_path / "prompts")
+    code = main(["optimize-prompts", "--train", "rows.jsonl", "--val", "rows.jsonl", "--prompts", str(prompts),
+                 "--base-url", servers["default"].url, "--meta-model", "anthropic/claude-x"])
+    assert code == 2
+    assert ("the optimizer model anthropic/claude-x: endpoint anthropic (api.anthropic.com) needs its key in "
+            "ANTHROPIC_API_KEY, which is not set") in capsys.readouterr().err
+    assert servers["default"].requests == []
 
 
 def test_egeo_refuses_a_malformed_endpoint(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,11 +29,12 @@ from dataclasses import dataclass, replace
 
 from pytest_geo.engine.adaptive import Controller, controller_for
 from pytest_geo.engine.runner import BoundedClient
+from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ServerUnusable
 from pytest_geo.llm.breaker import Breaker
 from pytest_geo.llm.budget import shared_ledger, with_budget
 from pytest_geo.llm.endpoints import Endpoint, EndpointError, describe, resolve
-from pytest_geo.llm.factory import ClientSetupError, build_client, literal, local_host, with_cache
+from pytest_geo.llm.factory import ClientSetupError, literal, local_host, with_cache
 from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.ledger import Ledger
 from pytest_geo.llm.lessons import load_lessons, save_lessons
@@ -142,9 +143,11 @@ class ClientStack:
     controller bounds the rows in flight (its model is the ranker's, called twice a row)."""
 
     def __init__(self, settings: Settings, client: ChatClient | None = None,
-                 needed: Iterable[tuple[str, str]] | None = None) -> None:
+                 needed: Iterable[tuple[str, str]] | None = None,
+                 wrap: Callable[[ChatClient], ChatClient] | None = None) -> None:
         self.settings = settings
         self._given = client
+        self._wrap = wrap
         self.ledger = shared_ledger(settings)
         self.stacks: dict[str | None, EndpointStack] = {}  # endpoint name (None: the default server) -> stack
         self._routes: dict[str, tuple[EndpointStack, str]] = {}  # model -> its stack, the model sent
@@ -189,11 +192,14 @@ class ClientStack:
             raise ClientSetupError(literal(str(exc))) from None
 
     def _build(self, endpoint: Endpoint | None) -> EndpointStack:
-        settings = self.settings
-        if endpoint is None:
-            return build_endpoint_stack(settings, self._given or build_client(settings), self.ledger)
-        mine = endpoint_settings(settings, endpoint)
-        return build_endpoint_stack(mine, build_client(mine, endpoint), self.ledger, describe(endpoint))
+        settings = self.settings if endpoint is None else endpoint_settings(self.settings, endpoint)
+        if endpoint is not None:
+            backend = factory.build_client(settings, endpoint)
+        else:  # the default server's: the factory's one-argument call, as tests replace it
+            backend = self._given or factory.build_client(settings)
+        if self._wrap is not None:
+            backend = self._wrap(backend)
+        return build_endpoint_stack(settings, backend, self.ledger, None if endpoint is None else describe(endpoint))
 
     def failed(self, model: str, why: str) -> str:
         """A stack that could not be built at a call: its endpoint stops like a tripped breaker."""
@@ -228,12 +234,17 @@ class ClientStack:
         return [change for stack in self.stacks.values() for change in stack.healing.lessons_json()]
 
     async def aclose(self) -> None:
-        try:
-            for stack in self.stacks.values():
+        """Close every endpoint's stack, each even when another's close failed."""
+        failures = []
+        for stack in self.stacks.values():
+            try:
                 await stack.client.aclose()
-        finally:
-            if self.ledger is not None:
-                self.ledger.close()
+            except Exception as exc:  # the first is raised once all are closed
+                failures.append(exc)
+        if self.ledger is not None:
+            self.ledger.close()
+        if failures:
+            raise failures[0]
 
 
 class Router:
@@ -257,7 +268,8 @@ class Router:
 
 
 def build_stack(settings: Settings, client: ChatClient | None = None,
-                needed: Iterable[tuple[str, str]] | None = None) -> ClientStack:
+                needed: Iterable[tuple[str, str]] | None = None,
+                wrap: Callable[[ChatClient], ChatClient] | None = None) -> ClientStack:
     """The run's stacks (see ClientStack); `client`: the default server's backend, else
-    the one the settings describe."""
-    return ClientStack(settings, client, needed)
+    the one the settings describe; `wrap`: put over every endpoint's backend (a counter)."""
+    return ClientStack(settings, client, needed, wrap)
