@@ -34,7 +34,7 @@ from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ServerUnu
 from pytest_geo.llm.breaker import Breaker
 from pytest_geo.llm.budget import shared_ledger, with_budget
 from pytest_geo.llm.endpoints import Endpoint, EndpointError, describe, resolve
-from pytest_geo.llm.factory import ClientSetupError, literal, local_host, with_cache
+from pytest_geo.llm.factory import ClientSetupError, literal, with_cache
 from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.ledger import Ledger
 from pytest_geo.llm.lessons import load_lessons, save_lessons
@@ -42,13 +42,8 @@ from pytest_geo.llm.prices import price_table
 from pytest_geo.llm.profiles import Lesson
 from pytest_geo.llm.providers import ProviderError
 from pytest_geo.llm.usage import UsageClient, UsageTable, merge_usage
-from pytest_geo.settings import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_TIMEOUT,
-    LOCAL_START_CONCURRENCY,
-    LOCAL_TIMEOUT,
-    Settings,
-)
+from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, local_host
+from pytest_geo.settings import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, Settings
 
 MIN_CONSECUTIVE_FAILURES = 8
 
