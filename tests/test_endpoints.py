@@ -217,7 +217,7 @@ def test_a_failing_endpoint_fails_its_calls_while_the_others_answer(servers: dic
 
 
 @pytest.mark.usefixtures("endpoint_env")
-def test_the_budget_is_one_ledger_across_endpoints(servers: dict[str, FakeOpenAI], tmp_path: Path) -> None:
+def test_the_budget_is_one_ledger_and_usage_is_kept_per_endpoint(servers: dict[str, FakeOpenAI], tmp_path: Path) -> None:
     """Without a ledger file the ledger lives in memory: each endpoint's calls must still
     draw on the same one, or the run could spend the budget once per endpoint."""
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(12)), encoding="utf-8")
@@ -230,6 +230,10 @@ def test_the_budget_is_one_ledger_across_endpoints(servers: dict[str, FakeOpenAI
         outcomes = session.evaluate(rows)
     finally:
         session.close()
+    by_endpoint = session.usage_by_endpoint()
+    assert {name: sorted(table) for name, table in by_endpoint.items()} == {"rank": ["ranker"],
+                                                                         "rewrite": ["rewriter"]}
+    assert session.usage_table()["ranker"]["calls"] == by_endpoint["rank"]["ranker"]["calls"] > 0
     billed = [sum(server.billed.values()) for server in (servers["rank"], servers["rewrite"])]
     assert all(billed) and sum(billed) <= budget
     assert any(o.not_run for o in outcomes) and not all(o.not_run for o in outcomes)

@@ -153,6 +153,10 @@ class GeoSession:
         """Model usage per role, over every endpoint. Read it after `close`."""
         return self.stack.usage_table()
 
+    def usage_by_endpoint(self) -> dict[str, UsageTable]:
+        """Model usage per role of each endpoint called (`default`: the default server)."""
+        return self.stack.usage_by_endpoint()
+
     @property
     def stopped(self) -> str | None:
         """Why a model server is no longer called (fail fast, circuit breaker), or None."""
