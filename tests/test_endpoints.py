@@ -217,6 +217,22 @@ def test_a_failing_endpoint_fails_its_calls_while_the_others_answer(servers: dic
 
 
 @pytest.mark.usefixtures("endpoint_env")
+def test_an_endpoint_without_a_key_variable_gets_no_one_else_s_key(servers: dict[str, FakeOpenAI]) -> None:
+    settings = _settings(servers)
+    settings.endpoints["ollama"] = Endpoint("ollama", servers["rank"].url)  # the known one, moved to a fake
+    stack = build_stack(settings, needed=[("ranker", "ollama/llama3")])
+
+    async def run() -> None:
+        await stack.client.complete(ChatRequest(role="ranker", model="ollama/llama3",
+                                                messages=[{"role": "user", "content": "hello"}]))
+        await stack.client.aclose()
+
+    asyncio.run(run())
+    assert sent(servers["rank"]) == ({"llama3"}, {"Bearer sk-no-key-local-server"})
+    assert servers["default"].requests == []
+
+
+@pytest.mark.usefixtures("endpoint_env")
 def test_the_budget_is_one_ledger_and_usage_is_kept_per_endpoint(servers: dict[str, FakeOpenAI], tmp_path: Path) -> None:
     """Without a ledger file the ledger lives in memory: each endpoint's calls must still
     draw on the same one, or the run could spend the budget once per endpoint."""
