@@ -93,6 +93,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
         "variants": _variants(getattr(args, "variant", [])),
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
     # E-GEO's data comes with its rule: the rewriter never sees the query.
     given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
+from pytest_geo.llm.endpoints import endpoint_flag
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT
 from pytest_geo.options import (
     alpha,
@@ -251,6 +252,13 @@ OPTIONS: tuple[Option, ...] = (
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
            "output_per_million' a line", ini="geo_prices", ini_type="linelist"),
+    Option(None, "servers a model names by its prefix (NAME/model), added to or overriding the known providers "
+           "(openai, openrouter, anthropic, gemini, deepseek, together, groq, mistral, fireworks, ollama): one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line in the ini, egeo's --endpoint NAME=URL[,KEY_VARIABLE] "
+           "repeatable; no key variable: the server takes no key",
+           type=endpoint_flag, action="append", default=[], metavar="NAME=URL[,KEYVAR]", ini="geo_endpoints",
+           ini_type="linelist", ini_help="servers a model names by its prefix (NAME/model), one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line", egeo="--endpoint", egeo_commands=BOTH),
     # egeo only
     Option(None, "print one JSON line per row before the metrics", action="store_true", default=False,
            egeo="--verbose"),

@@ -224,20 +224,39 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
     prices = price_table(settings.prices)
     for role in ("ranker", "rewriter"):
         model = settings.models[role]
-        if model not in prices:
+        if priced_as(model, settings) not in prices:
             raise BudgetError(f"{flags[0]}: no price for the {role} model {model}, so its calls cannot be held to "
                               f"a budget in dollars: add it to {price_option}, or bound tokens with {flags[1]} N")
 
 
-def with_budget(inner: ChatClient, settings: Settings) -> ChatClient:
-    """`inner` behind the run's budget, when it has one (the mock costs nothing: none)."""
+def priced_as(model: str, settings: Settings) -> str:
+    """The name `model` is priced under: the one its endpoint is sent (llm/endpoints.py)."""
+    from pytest_geo.llm.endpoints import EndpointError, resolve
+    from pytest_geo.llm.providers import ProviderError
+
+    try:
+        return resolve(model, settings.endpoints)[1]
+    except (EndpointError, ProviderError):  # said at start, when the stack is built
+        return model
+
+
+def shared_ledger(settings: Settings) -> Ledger | None:
+    """The run's one ledger, for every endpoint's calls; None without a budget (or with the mock)."""
     limits = BudgetLimits.of(settings)
     if not limits.active or settings.mock:
+        return None
+    return Ledger(limits, settings.budget_ledger)
+
+
+def with_budget(inner: ChatClient, settings: Settings, ledger: Ledger | None = None) -> ChatClient:
+    """`inner` behind the run's budget, when it has one (the mock costs nothing: none);
+    `ledger`: the run's, when endpoints share it."""
+    ledger = ledger or shared_ledger(settings)
+    if ledger is None:
         return inner
     from pytest_geo.llm.batch import BATCH_ROLES
 
-    return BudgetClient(inner, Ledger(limits, settings.budget_ledger), price_table(settings.prices),
-                        BATCH_ROLES if settings.batch else frozenset())
+    return BudgetClient(inner, ledger, price_table(settings.prices), BATCH_ROLES if settings.batch else frozenset())
 
 
 def budget_status(settings: Settings) -> BudgetStatus | None:

@@ -16,8 +16,8 @@ from pytest_geo.engine.answer_schemas import proposal_schema
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
-from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.stack import ClientStack, build_stack, needed_models
 from pytest_geo.optimize.search import (
     REWRITER,
     CallCounter,
@@ -53,9 +53,13 @@ class Outputs:
     scores: Path
 
 
-def counted_client(settings: Settings, client: ChatClient | None) -> CallCounter:
-    """The run's client (the one given, else built from settings) under a call counter."""
-    return CallCounter(client or factory.build_client(settings))
+def counted_stack(settings: Settings, client: ChatClient | None) -> tuple[ClientStack, CallCounter]:
+    """The run's client stacks (llm/stack.py; `client`: the default server's backend, if
+    given), every endpoint's backend under one call counter; the optimizer's endpoint
+    is checked at start too."""
+    counter = CallCounter()
+    needed = [*needed_models(settings), ("optimizer", settings.models["optimizer"])]
+    return build_stack(settings, client, needed, wrap=counter.counting), counter
 
 
 def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
