@@ -18,6 +18,7 @@ from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.judges import judges_from
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -29,6 +30,7 @@ from pytest_geo.options import (
     any_int,
     concurrency,
     dollars,
+    judge,
     non_negative_int,
     positive_float,
     positive_int,
@@ -37,6 +39,7 @@ from pytest_geo.options import (
     structured_mode,
     temperature,
     variant,
+    variant_model,
 )
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
@@ -172,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--variant", type=variant, action="append", default=[], metavar="NAME=PATH",
                           help="compare rewriting strategies, as pytest --geo-variant: PATH is a rewriter user "
                                "template or a prompts directory; repeatable. stdout is then the metrics per variant")
+    evaluate.add_argument("--judge", type=judge, action="append", default=[], metavar="NAME=MODEL",
+                          help="a panel of judges, as pytest --geo-judge: each ranks every row before and after "
+                               "its rewrite; repeatable, with optional system=PATH temperature=T "
+                               "max_output_tokens=N after the model. stdout then adds per-judge, panel and "
+                               "agreement figures")
     evaluate.add_argument("--sequential", action="store_true",
                           help="with two or more --variant: rows in an order drawn with --seed, in rounds, stopping "
                                "once an anytime-valid test decides every pair at --alpha (pytest --geo-sequential)")
@@ -263,18 +271,27 @@ def _settings(args: argparse.Namespace) -> Settings:
                  "budget_tokens"):
         given[name] = getattr(args, name, None)
     given["sequential"] = getattr(args, "sequential", False)
-    given["variants"] = _variants(getattr(args, "variant", []))
+    given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
+    try:
+        given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
+    except ValueError as exc:
+        build_parser().error(str(exc))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
-def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
+def _variants(named: Sequence[tuple[str, str]]) -> tuple[dict[str, Path], dict[str, str]]:
+    """The variants' paths and, from `PATH@MODEL`, their rewriter models."""
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             build_parser().error(f"--variant: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = Path(path)
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 class StderrOutput:

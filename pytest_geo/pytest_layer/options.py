@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.engine.judges import Judge, judges_from
 from pytest_geo.llm.prices import Price
 from pytest_geo.options import (
     alpha,
     any_int,
     concurrency,
     dollars,
+    judge,
     min_score,
     non_negative_int,
     positive_float,
@@ -26,6 +28,7 @@ from pytest_geo.options import (
     structured_mode,
     temperature,
     variant,
+    variant_model,
 )
 from pytest_geo.settings import (
     DEFAULT_ALPHA,
@@ -189,6 +192,11 @@ def add_options(parser: pytest.Parser) -> None:
                          "template, or a directory whose rewriter_*.txt override the run's prompts. Each row "
                          "runs once per variant (node id <dataset>::<row>[NAME]), sharing rank_before "
                          "(ini: geo_variants, one NAME = PATH a line; the command line replaces them).")
+    group.addoption("--geo-judge", type=judge, action="append", default=[], metavar="NAME=MODEL",
+                    help="a panel of judges: each ranks every row before and after its rewrite (one rewrite "
+                         "per variant, shared by the judges); repeatable. Optional per-judge settings after the "
+                         "model: system=PATH temperature=T max_output_tokens=N (ini: geo_judges, one "
+                         "NAME = MODEL [settings] a line; the command line replaces them).")
     group.addoption("--geo-sequential", action="store_true", default=None,
                     help="paired comparisons (--geo-variant, --geo-baseline) run their rows in an order drawn "
                          "with the seed, in rounds, and stop once an anytime-valid test decides them at "
@@ -231,8 +239,10 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("geo_sequential", "stop paired comparisons once decided", type="bool", default=False)
     parser.addini("geo_alpha", "the error rate of --geo-sequential decisions", default="")
     parser.addini("geo_margin", "the equivalence margin of --geo-sequential", default="")
-    parser.addini("geo_variants", "rewriting strategies to compare, one NAME = PATH a line (PATH relative to "
-                  "the rootdir)", type="linelist", default=[])
+    parser.addini("geo_variants", "rewriting strategies to compare, one NAME = PATH[@MODEL] a line (PATH "
+                  "relative to the rootdir)", type="linelist", default=[])
+    parser.addini("geo_judges", "a panel of judges, one NAME = MODEL [system=PATH] [temperature=T] "
+                  "[max_output_tokens=N] a line (PATH relative to the rootdir)", type="linelist", default=[])
 
 
 def _pick(config: pytest.Config, option: str, ini: str, convert: Callable[[str], Any]) -> Any:
@@ -266,7 +276,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     sequential = config.getoption("geo_sequential")
     given["sequential"] = bool(config.getini("geo_sequential") if sequential is None else sequential)
     given["prices"] = _prices(config)
-    given["variants"] = variant_paths(config)
+    given["variants"], given["variant_models"] = variant_paths(config)
+    given["judges"] = judge_list(config)
     models = {role: _pick(config, f"geo_{role}_model", f"geo_{role}_model", str) for role in ROLES}
     try:
         return build_settings(given, models)
@@ -283,10 +294,28 @@ def _prices(config: pytest.Config) -> dict[str, Price]:
         raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
 
 
-def variant_paths(config: pytest.Config) -> dict[str, Path]:
+def judge_list(config: pytest.Config) -> list[Judge]:
+    """--geo-judge (system files relative to the invocation directory), else the ini's
+    geo_judges lines (relative to the rootdir); a name given twice is an error."""
+    named: list[Judge] = config.getoption("geo_judge")
+    base, source = config.invocation_params.dir, "--geo-judge"
+    if not named:
+        base, source = config.rootpath, "ini option geo_judges"
+        try:
+            named = [judge(line) for line in config.getini("geo_judges") if line.strip()]
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"{source}: {exc}") from None
+    try:
+        return judges_from(named, source, base)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def variant_paths(config: pytest.Config) -> tuple[dict[str, Path], dict[str, str]]:
     """--geo-variant (relative to the invocation directory), else the ini's geo_variants
     lines (relative to the rootdir), in the order given; a name given twice is an error.
-    Only the shape is checked here: the templates are read at start (engine/variants.py)."""
+    Only the shape is checked here: the templates are read at start (engine/variants.py).
+    Also each variant's rewriter model, from `PATH@MODEL`."""
     named: list[tuple[str, str]] = config.getoption("geo_variant")
     base, source = config.invocation_params.dir, "--geo-variant"
     if not named:
@@ -296,11 +325,15 @@ def variant_paths(config: pytest.Config) -> dict[str, Path]:
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"{source}: {exc}") from None
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             raise pytest.UsageError(f"{source}: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = base / path
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 def prompts_dir(config: pytest.Config) -> Path:
