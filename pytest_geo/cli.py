@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
@@ -50,6 +51,7 @@ from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, seque
 from pytest_geo.report.terminal import fact_lines, request_change_lines
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.report.variants import compare_variants
+from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
@@ -428,11 +430,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
               "the metrics cover only the rows that ran", file=sys.stderr)
     for line in _comparison_lines(results):
         print(line, file=sys.stderr)
-    if settings.variants:
-        metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
-        print(json.dumps({v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}, indent=2, sort_keys=True))
-    else:
-        print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
     written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
@@ -448,6 +446,22 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
+
+
+def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
+    """stdout's JSON: the E-GEO metrics (per variant with variants); with --judge each
+    also holds its `judges`, `panel` and `agreement` objects (report/judges.py)."""
+    suites = results.geo_suite_results()
+
+    def metrics(name: str, summary: Summary) -> dict[str, Any]:
+        suite = suites.get(name)
+        panel = suite.panel if suite is not None else None
+        return {**summary.as_geo(), **(panel.as_json() if panel is not None else {})}
+
+    if variants:
+        return {v: metrics(f"{dataset}[{v}]", suites[f"{dataset}[{v}]"].summary)
+                if f"{dataset}[{v}]" in suites else None for v in variants}
+    return metrics(dataset, results.geo_overall())
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
