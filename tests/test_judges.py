@@ -19,6 +19,7 @@ from conftest import GeoProject
 
 # The fake server's rewriter returns the description unchanged for this template.
 KEEP_TEMPLATE_TEXT = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
+SIGNAL_TEMPLATE_TEXT = "Query: {{query}}\nTitle: {{title}}\nOriginal description: {{description}}\nRewrite it.\n"
 
 
 def calls_by_model(project: GeoProject) -> Counter[tuple[str, str]]:
@@ -108,3 +109,107 @@ def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> Non
         "  agreement: krippendorff_alpha=-0.3333 mean_kendall_tau=-0.3333 direction_agreement=0.0000 (over 3 rows*"])
     html = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")
     assert "Krippendorff" in html and '"judges":[["a",3,1,2,null,["a0","b0","t0"]]' in html
+
+
+def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    served_project.server.fault_for = lambda body: "500" if body["model"] == "m-bad" else None
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "bad=m-bad",
+                                "--geo-report", "r.json", "--geo-max-retries", "0")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge bad: *"])
+    data = report(served_project)
+    cells = judges_of(data)["rows.jsonl::r0"]
+    assert cells["a"]["rank_improvement"] == 2 and cells["a"]["error"] is None
+    assert (cells["bad"]["rank_before"], cells["bad"]["rank_after"], cells["bad"]["rank_improvement"]) == (
+        None, None, None)
+    assert "500" in cells["bad"]["error"]
+    (suite,) = data["suites"]
+    assert suite["judges"]["bad"]["n"] == 0 and suite["judges"]["a"]["n"] == 2
+    assert suite["panel"] == {"n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0}
+    assert suite["agreement"]["direction_rows"] == 0 and suite["agreement"]["direction_agreement"] is None
+
+
+def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-judge", "c=m-c")
+    served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl=0.6").assert_outcomes(passed=2)
+    result = served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl=0.7",
+                                "--geo-min-score", "rows.jsonl@b=-1")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*rows.jsonl::threshold*panel score 0.6667 < 0.7000*",
+                                 "*rows.jsonl::threshold@b*judge b score -2.0000 < -1.0000*"])
+    result = served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl@zz=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-min-score: 'rows.jsonl@zz': no judge named 'zz' (judges: a, b, c)*"])
+
+
+def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -> None:
+    """The panel changes nothing about how one judge is asked: the same requests, the
+    same ranks per row as in a run of its own."""
+    served_project.dataset(3)
+    served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-no-cache",
+                       "--geo-report", "panel.json").assert_outcomes(passed=3)
+    in_panel = [json.dumps(r["body"], sort_keys=True) for r in served_project.server.requests
+                if r["body"]["model"] == "m-b-reversed"]
+    served_project.server.reset()
+    served_project.run("rows.jsonl", "--geo-judge", "b=m-b-reversed", "--geo-no-cache",
+                       "--geo-report", "alone.json").assert_outcomes(passed=3)
+    alone = [json.dumps(r["body"], sort_keys=True) for r in served_project.server.requests
+             if r["body"]["model"] == "m-b-reversed"]
+    assert len(in_panel) == 6 and sorted(in_panel) == sorted(alone)
+    panel, single = judges_of(report(served_project, "panel.json")), judges_of(report(served_project, "alone.json"))
+    assert {row: cells["b"] for row, cells in panel.items()} == {row: cells["b"] for row, cells in single.items()}
+    assert single["rows.jsonl::r2"]["b"]["rank_improvement"] == -2
+
+
+def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
+                                "--geo-repeats", "2", "--geo-no-cache", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 2 * 2 * (2 + 1 + 2)
+    data = report(served_project)
+    cells = judges_of(data)["rows.jsonl::r0"]
+    assert (cells["a"]["rank_improvement"], cells["b"]["rank_improvement"]) == (2.0, -2.0)
+    assert [sorted(run["judges"]) for run in data["rows"][0]["repeats"]] == [["a", "b"], ["a", "b"]]
+    assert data["suites"][0]["panel"]["avg_rank_improvement"] == 0.0
+
+
+def test_judges_against_a_baseline(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b")
+    served_project.run("rows.jsonl", *judges, "--geo-report", "base.json").assert_outcomes(passed=3)
+    result = served_project.run("rows.jsonl", *judges, "--geo-baseline", "base.json", "--geo-report", "r.json")
+    result.assert_outcomes(passed=3)
+    (compared,) = report(served_project)["baseline"]["suites"]
+    assert compared["paired"]["n"] == 3 and compared["paired"]["mean_diff"] == 0.0
+
+
+def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -> None:
+    """Each call reserves its worst case (its prompt and the 4,096-token cap, about 5,400
+    tokens) and a row spends about 1,400: the budget stops the run after two rows, and
+    the rows it left are skipped, never scored."""
+    tokens = 8000
+    result = served_project.run(str(served_project.dataset(8)), "--geo-judge", "a=m-a", "--geo-judge", "b=m-b",
+                                "--geo-concurrency", "1", "--geo-budget-tokens", str(tokens), "--geo-report", "r.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes == {"passed": 2, "skipped": 6, "failed": 1}  # the failure: pytest-geo::budget
+    billed = served_project.server.billed
+    assert billed["prompt_tokens"] + billed["completion_tokens"] <= tokens
+    result.stdout.fnmatch_lines(["*budget reached*"])
+    assert all(set(row["judges"]) == {"a", "b"} for row in report(served_project)["rows"])
+    assert report(served_project)["budget"]["reached"]
+
+
+def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
+    served_project.dataset(6)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    (served_project.pytester.path / "signal.txt").write_text(SIGNAL_TEMPLATE_TEXT, encoding="utf-8")
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b",
+                                "--geo-variant", "move=signal.txt", "--geo-variant", "keep=keep.txt",
+                                "--geo-sequential", "--geo-report", "r.json")
+    assert result.ret == pytest.ExitCode.OK
+    data = report(served_project)
+    assert data["sequential"] and data["variants"][0]["matrix"]["move"]["a"]["mean"] == 2.0
+    assert data["variants"][0]["matrix"]["keep"]["panel"]["mean"] == 0.0
