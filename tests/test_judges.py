@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from fake_openai import FakeOpenAI
 
-from conftest import GeoProject
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
 
 # The fake server's rewriter returns the description unchanged for this template.
 KEEP_TEMPLATE_TEXT = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
@@ -213,3 +216,72 @@ def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
     data = report(served_project)
     assert data["sequential"] and data["variants"][0]["matrix"]["move"]["a"]["mean"] == 2.0
     assert data["variants"][0]["matrix"]["keep"]["panel"]["mean"] == 0.0
+
+
+def test_egeo_judge_prints_per_judge_panel_and_agreement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--judge", "a=m-a", "--judge", "b=m-b-reversed", "--no-cache"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["judges"] == {
+        "a": {"n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0},
+        "b": {"n": 2, "avg_rank_improvement": -2.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0}}
+    assert printed["panel"] == {"n": 2, "avg_rank_improvement": 0.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0}
+    # Rows [2, -2] twice: D_o = 2 * 32 / 4 = 16, D_e = 8 * 16 / 12 = 32/3, alpha = 1 - 1.5
+    assert printed["agreement"] == {"krippendorff_alpha": -0.5, "mean_kendall_tau": -1.0,
+                                    "direction_agreement": 0.0, "direction_rows": 2}
+    assert Counter(r["body"]["model"] for r in fake_openai.requests) == {"m-a": 4, "m-b-reversed": 4,
+                                                                          "gpt-4o-mini": 2}
+
+
+def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    system = (served_project.pytester.path / "prompts" / "ranker_system.txt").read_text(encoding="utf-8")
+    (served_project.pytester.path / "strict.txt").write_text("A strict judge.\n" + system, encoding="utf-8")
+    served_project.pytester.makeini("[pytest]\ngeo_judges =\n    a = m-a\n"
+                                    "    b = m-b system=strict.txt temperature=0.5 max_output_tokens=2000\n")
+    served_project.run("rows.jsonl", "--geo-no-cache").assert_outcomes(passed=1)
+    sent = {(r["body"]["model"], r["body"]["messages"][0]["content"].startswith("A strict judge."),
+             r["body"].get("temperature"), r["body"].get("max_tokens")) for r in served_project.server.requests}
+    assert sent == {("m-a", False, 0, 4096), ("m-b", True, 0.5, 2000), ("gpt-4o-mini", False, 0, 4096)}
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("a", "*argument --geo-judge: 'a' is not NAME=MODEL*"),
+    ("a b=m", "*judge name 'a b' may use only letters*"),
+    ("a=m colour=red", "*'colour=red' is not one of system=..., temperature=..., max_output_tokens=...*"),
+])
+def test_a_bad_judge_is_a_usage_error(served_project: GeoProject, flag: str, message: str) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m", "--geo-judge", "a=n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-judge: judge 'a' is given twice*"])
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m system=nowhere.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*judge a: *nowhere.txt: cannot read the system template*"])
+
+
+def test_judges_under_xdist_aggregate_on_the_controller(
+        pytester: pytest.Pytester, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    project = GeoProject(pytester, fake_openai)
+    project.dataset(4)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "rows.jsonl", "--geo-base-url", fake_openai.url,
+        "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-report", "r.json")
+    result.assert_outcomes(passed=4)
+    data = report(project)
+    assert {name: j["n"] for name, j in data["suites"][0]["judges"].items()} == {"a": 4, "b": 4}
+    assert data["suites"][0]["agreement"]["mean_kendall_tau"] == -1.0
+    assert len(data["rows"]) == 4 and all(set(row["judges"]) == {"a", "b"} for row in data["rows"])
+    result.stdout.fnmatch_lines(["  judge b: n=4 avg_rank_improvement=-2.0000 *"])

@@ -291,15 +291,16 @@ class GeoEngine:
         ordered = await self.ranking(row, candidates, calls, step)
         return ordered.index(row.target_id) + 1
 
-    async def ranking(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
-                      calls: list[ModelCall] | None = None, step: str = "rank",
-                      judge: Judge | None = None) -> list[str]:
-        """The candidates' ids as the ranker (or `judge`) orders them, best first."""
+    def ranking(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
+                calls: list[ModelCall] | None = None, step: str = "rank",
+                judge: Judge | None = None) -> Awaitable[list[str]]:
+        """The candidates' ids as the ranker (or `judge`) orders them, best first (the
+        `ask` itself, returned: no coroutine of its own on every rank)."""
         shown = candidates if isinstance(candidates, Shown) else self.shown(candidates)
         values = shown.values(row.query, row.query_id)
         ids = shown.ids
         system = judge.system_text if judge is not None and judge.system_text is not None else None
-        return await self.ask(
+        return self.ask(
             "ranker",
             render(system if system is not None else self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
