@@ -187,6 +187,13 @@ def test_judges_against_a_baseline(served_project: GeoProject) -> None:
     result.assert_outcomes(passed=3)
     (compared,) = report(served_project)["baseline"]["suites"]
     assert compared["paired"]["n"] == 3 and compared["paired"]["mean_diff"] == 0.0
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-c",
+                                "--geo-baseline", "base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*was made with another model (judges: a=m-a, b=m-b in the baseline, "
+                                 "a=m-a, b=m-c now)*"])
+    served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-c", "--geo-baseline", "base.json",
+                       "--geo-baseline-force").assert_outcomes(passed=3)
 
 
 def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -> None:
