@@ -112,6 +112,16 @@ def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> Non
         "  agreement: krippendorff_alpha=-0.3333 mean_kendall_tau=-0.3333 direction_agreement=0.0000 (over 3 rows*"])
     html = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")
     assert "Krippendorff" in html and '"judges":[["a",3,1,2,null,["a0","b0","t0"]]' in html
+    assert '"judge":"b"' in html  # each call says whose it is
+
+
+def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    served_project.pytester.makeini("[pytest]\ngeo_variants =\n    x = keep.txt\n    y = keep.txt@m2\n")
+    served_project.run("rows.jsonl", "--geo-no-cache").assert_outcomes(passed=4)
+    assert calls_by_model(served_project) == {("gpt-4o-mini", "rank"): 6, ("gpt-4o-mini", "rewrite"): 2,
+                                              ("m2", "rewrite"): 2}
 
 
 def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served_project: GeoProject) -> None:
