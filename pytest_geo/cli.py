@@ -310,8 +310,11 @@ def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]
 
 
 def _comparison_lines(results: Results) -> list[str]:
-    """The variants' paired comparisons and the sequential decisions, as pytest prints them."""
-    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
+    """The judges' figures, the variants' paired comparisons and the sequential decisions,
+    as pytest prints them."""
+    lines = [line for name, s in results.geo_suite_results().items() if s.panel is not None
+             for line in s.panel.lines(name)]
+    lines += [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))

@@ -242,7 +242,8 @@ def test_egeo_judge_prints_per_judge_panel_and_agreement(
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
                  "--judge", "a=m-a", "--judge", "b=m-b-reversed", "--no-cache"])
     assert code == 0
-    printed = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
     assert printed["judges"] == {
         "a": {"n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0},
         "b": {"n": 2, "avg_rank_improvement": -2.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0}}
@@ -252,6 +253,7 @@ def test_egeo_judge_prints_per_judge_panel_and_agreement(
                                     "direction_agreement": 0.0, "direction_rows": 2}
     assert Counter(r["body"]["model"] for r in fake_openai.requests) == {"m-a": 4, "m-b-reversed": 4,
                                                                           "gpt-4o-mini": 2}
+    assert "  judge b: n=2 avg_rank_improvement=-2.0000 win_rate=0.0000 stderr_rank_improvement=0.0000" in err
 
 
 def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_project: GeoProject) -> None:
