@@ -17,6 +17,7 @@ from pytest_geo.options import (
     any_int,
     concurrency,
     dollars,
+    judge,
     min_score,
     non_negative_int,
     positive_float,
@@ -233,8 +234,17 @@ OPTIONS: tuple[Option, ...] = (
            "variant (node id <dataset>::<row>[NAME]), sharing rank_before (pytest: the flags replace the ini's "
            "lines)", type=variant, action="append", default=[],
            metavar="NAME=PATH", ini="geo_variants", ini_type="linelist",
-           ini_help="rewriting strategies to compare, one NAME = PATH a line (PATH relative to the rootdir)",
+           ini_help="rewriting strategies to compare, one NAME = PATH[@MODEL] a line (PATH relative to the "
+           "rootdir); @MODEL names the variant's rewriter model",
            egeo="--variant"),
+    Option("--geo-judge", "a panel of judges: each ranks every row before and after its rewrite (one rewrite per "
+           "variant, shared by the judges); repeatable. Optional per-judge settings after the model: "
+           "system=PATH temperature=T max_output_tokens=N. The summary and reports then hold each judge's "
+           "figures, the panel's (each row's mean over its judges) and their agreement (pytest: the flags "
+           "replace the ini's lines)", type=judge, action="append", default=[], metavar="NAME=MODEL",
+           ini="geo_judges", ini_type="linelist",
+           ini_help="a panel of judges, one NAME = MODEL [system=PATH] [temperature=T] [max_output_tokens=N] "
+           "a line (PATH relative to the rootdir)", egeo="--judge"),
     Option("--geo-sequential", "paired comparisons ({variant}, {baseline}) run their rows in an order drawn with "
            "the seed, in rounds, and stop once an anytime-valid test decides them at {alpha}; the rows left are "
            "skipped as not needed", action="store_true", ini="geo_sequential", ini_type="bool",

@@ -266,7 +266,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
     results = results_of(config)
-    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
+    judges = [j.name for j in settings_of(config).judges]
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites, judges)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_geo.engine.judges import Judge
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, server_is_local
 from pytest_geo.price import Price
 
@@ -152,6 +153,10 @@ class Settings:
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
     # user template, or a directory of rewriter prompts (engine/variants.py). Empty: none.
     variants: dict[str, Path] = field(default_factory=dict)
+    # A variant's rewriter model (`NAME=PATH@MODEL`), by variant name; absent: the run's.
+    variant_models: dict[str, str] = field(default_factory=dict)
+    # A panel of judges (engine/judges.py), in the user's order; empty: the ranker judges alone.
+    judges: list[Judge] = field(default_factory=list)
     # --geo-sequential: paired comparisons (variants, the baseline) stop once decided at
     # `alpha`; with a `margin`, "equivalent within margin" decides too (report/stopping.py).
     sequential: bool = False

@@ -3,7 +3,8 @@
 It answers from the request itself (the candidates JSON in the ranker prompt, the
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
-strategy that loses to the mock's, for comparisons of variants).
+strategy that loses to the mock's, for comparisons of variants); a model whose name holds
+"reversed" ranks the other way round (a judge that disagrees with the others).
 Latency and faults are injectable; it records every request (with the requests in flight
 when it came, and its body as received in `raw_bodies`) and the most in flight.
 With `serial` set it answers one call at a time, as a local CPU model's server does:
@@ -91,6 +92,7 @@ KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description 
 HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and the answer
 MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
 GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
 
 
 class RateLimit:
@@ -315,6 +317,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     query = query_match.group(1) if query_match else ""
     if "ordered_ids" in system:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
+        if REVERSED in str(body.get("model", "")):  # a judge that sees everything the other way round
+            ordered.reverse()
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
         if fault == "surrogate":  # json.dumps writes the lone surrogate as the escape `\ud800`

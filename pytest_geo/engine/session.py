@@ -16,6 +16,8 @@ from pytest_geo.engine.experiment import (
     run_repeats,
     run_variant,
 )
+from pytest_geo.engine.judges import load as load_judges
+from pytest_geo.engine.panel import run_panel, shared_before
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.query_blind import run_prompts
@@ -61,7 +63,7 @@ class GeoSession:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
-                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end])
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges))
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:
@@ -117,15 +119,34 @@ class GeoSession:
                 self.rows.finished(errored=outcome.error is not None)
 
     def _experiment(self, row: GeoRow) -> Awaitable[Outcome]:
+        if self.engine.judges:
+            return self._panel(row)
         if row.variant is not None:
             prompts = self.variant_prompts[row.variant]
+            model = self.settings.variant_models.get(row.variant)  # None: the run's rewriter
             if self.settings.repeats > 1:
                 return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed,
-                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i))
-            return run_variant(self.engine, row, prompts, self.shared_ranks)
+                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i,
+                                                                  model))
+            return run_variant(self.engine, row, prompts, self.shared_ranks, rewriter_model=model)
         if self.settings.repeats > 1:
             return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
         return self.engine.run(row)
+
+    def _panel(self, row: GeoRow) -> Awaitable[Outcome]:
+        """The row judged by every --geo-judge (engine/panel.py); each judge's rank_before
+        shared by the row's variants."""
+        engine, shared = self.engine, self.shared_ranks
+        prompts = self.variant_prompts[row.variant] if row.variant is not None else None
+        model = self.settings.variant_models.get(row.variant) if row.variant is not None else None
+
+        def one(ordered: GeoRow, repeat: int) -> Awaitable[GeoOutcome]:
+            before = shared_before(engine, ordered, shared, repeat) if row.variant is not None else None
+            return run_panel(engine, ordered, prompts, before, model)
+
+        if self.settings.repeats > 1:
+            return run_repeats(engine, row, self.settings.repeats, self.settings.seed, one)
+        return one(row, 0)
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so

@@ -52,6 +52,8 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
                   format_stats_line(suite.summary, suite.clean_scores, suite.errors)]
         if noise is not None:
             lines.append(noise.summary())
+        if suite.panel is not None:
+            lines += suite.panel.lines(name)
     if len(results.geo_suites()) > 1:
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     for comparison in compare_variants(results.records, results.suites()):
