@@ -23,9 +23,16 @@ from pytest_geo.suites.procedures import running_with
 from pytest_geo.suites.suite import Metric, score_metric
 from pytest_geo.text import printable
 
+_PACKAGE = Path(__file__).resolve().parent.parent
+
 
 class GeoRowFailure(Exception):
     """An expected failure kind: reported as its one-line message, no traceback."""
+
+
+class MetricRaised(Exception):
+    """A metric raised: reported by the traceback of what it raised (its `__cause__`),
+    as pytest reports a failing test."""
 
 
 class GeoItem(pytest.Item):
@@ -46,18 +53,39 @@ class GeoItem(pytest.Item):
         self.geo_record: RowRecord | None = None
         self.geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
 
-    def row_error(self, message: str) -> None:
+    def row_error(self, message: str, raised: BaseException | None = None) -> None:
         """An errored row fails its item; with --geo-max-error-rate the error is tolerated
         here (xfailed, with the message) and judged per suite at the end of the run."""
         limit = self.config.stash.get(MAX_ERROR_RATE, None)
         if limit is not None:
             pytest.xfail(f"{message} (tolerated by --geo-max-error-rate {limit:g})")
+        if raised is not None:
+            raise MetricRaised(message) from raised
         raise GeoRowFailure(message)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
             return printable(str(excinfo.value))  # model and dataset text: no escapes reach the terminal
+        cause = excinfo.value.__cause__
+        if excinfo.errisinstance(MetricRaised) and cause is not None:
+            return self._metric_traceback(pytest.ExceptionInfo.from_exception(cause), style)
         return super().repr_failure(excinfo, style=style)
+
+    def _metric_traceback(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any) -> Any:
+        """The metric's frames (the plugin's own cut, as pytest cuts its own from a test's),
+        in the style --tb asks for, with --showlocals' locals."""
+        option = self.config.option
+        if not option.fulltrace:
+            frames = excinfo.traceback
+            for start, entry in enumerate(frames):
+                if not Path(str(entry.path)).is_relative_to(_PACKAGE):
+                    excinfo.traceback = frames[start:]
+                    break
+        tbstyle = style or option.tbstyle
+        return excinfo.getrepr(
+            style="long" if tbstyle in (None, "auto") else tbstyle, showlocals=option.showlocals,
+            funcargs=True, truncate_locals=option.verbose <= 1,
+        )
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, max(self.line - 1, 0), self.name
@@ -152,7 +180,8 @@ class SuiteItem(GeoItem):
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
         if score.error:
-            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}",
+                           score.raised)
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

@@ -235,7 +235,7 @@ def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
         return Score.from_error(str(exc))
     except (Exception, SystemExit) as exc:
         detail = str(exc)
-        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__, exc)
 
 
 async def _await(awaitable: Any) -> Any:
