@@ -63,3 +63,54 @@ def test_a_metrics_traceback_follows_tb(pytester: pytest.Pytester) -> None:
     none = run(pytester, "--tb=no")
     none.stdout.no_fnmatch_line("*1 / x*")
     none.assert_outcomes(passed=2, failed=1)
+
+
+# --- 2. row_threshold: a row scoring below it fails its item ----------------------------------
+
+ROWS = '''
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (2, 3), (3, 3)]}ROW_THRESHOLD)
+
+@s_eval.metric
+def same(rows, expected):
+    return rows == expected
+'''
+
+
+def test_a_row_scoring_false_passes_without_row_threshold(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ""))
+    result = run(pytester)
+    result.assert_outcomes(passed=3)
+    assert result.ret == 0
+
+
+def test_a_row_below_the_row_threshold_fails_its_item(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ", row_threshold=1"))
+    result = run(pytester)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["s::same train[[]1[]]: scored 0.0000, below the suite's row_threshold 1"])
+    assert result.stdout.lines[-2] == "- s::same: 0.6667"
+
+
+def test_row_threshold_in_a_yaml_suite(pytester: pytest.Pytester) -> None:
+    pytester.syspathinsert()
+    pytester.makepyfile(procs="def same(rows, expected):\n    return rows == expected\n")
+    pytester.makefile(".geo.yaml", s="""
+suite: s
+data:
+  rows:
+    - {input: 1, expected: 1}
+    - {input: 2, expected: 3}
+metric: {function: "procs:same", dataset: rows}
+row_threshold: 0.5
+""")
+    result = run(pytester, "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*s::same train[[]1[]]: scored 0.0000, below the suite's row_threshold 0.5"])
+
+
+def test_a_row_threshold_that_is_not_a_number_is_a_collection_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ", row_threshold=float('nan')"))
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*suite 's': row_threshold must be a finite number, got nan"])

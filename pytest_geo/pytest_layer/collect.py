@@ -35,7 +35,8 @@ _GEO_METRIC_ENTRY = Metric(GEO_METRIC, "", None)
 
 
 def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: str, split: str,
-               threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
+               threshold: float | None = None, name_format: str = "{}",
+               row_threshold: float | None = None) -> Iterator[pytest.Item]:
     variants = list(settings_of(parent.config).variants)
     for name, line in zip(row_names(lines), lines, strict=True):
         node_name = name_format.format(name)
@@ -49,10 +50,11 @@ def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: 
             for variant in variants:
                 yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]",
                                              row=PackedRow.of(replace(row, variant=variant)),
-                                             suite=f"{suite}[{variant}]", split=split, threshold=threshold)
+                                             suite=f"{suite}[{variant}]", split=split, threshold=threshold,
+                                             row_threshold=row_threshold)
         else:
             yield GeoRowItem.from_parent(parent, name=node_name, row=line, suite=suite, split=split,
-                                         threshold=threshold)
+                                         threshold=threshold, row_threshold=row_threshold)
 
 
 class GeoDatasetFile(pytest.File):
@@ -111,7 +113,8 @@ class SuiteCollector(pytest.Collector):
             register_marker(self.config, marker)
             self.add_marker(marker)
         self.add_marker("geo")
-        common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold}
+        common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold,
+                                  "row_threshold": self.suite.row_threshold}
         if metric.dataset_free:  # Kedi's legacy form: no rows, the metric runs once
             yield SuiteItem.from_parent(self, name="once", metric=metric, split="train", index=0, value=None,
                                         expected=None, **common)

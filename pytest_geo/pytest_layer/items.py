@@ -41,14 +41,15 @@ class GeoItem(pytest.Item):
     Its own attributes are slots: a run holds every item to its end, and pytest's
     instance dict of a node grows to several times its size with them in it."""
 
-    __slots__ = ("suite_name", "split", "threshold", "line", "geo_record", "geo_stopped")
+    __slots__ = ("suite_name", "split", "threshold", "row_threshold", "line", "geo_record", "geo_stopped")
 
-    def __init__(self, *, suite: str, split: str, threshold: float | None = None, line: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, suite: str, split: str, threshold: float | None = None,
+                 row_threshold: float | None = None, line: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite_name = suite
         self.split = split
         self.threshold = threshold
+        self.row_threshold = row_threshold
         self.line = line
         self.geo_record: RowRecord | None = None
         self.geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
@@ -62,6 +63,12 @@ class GeoItem(pytest.Item):
         if raised is not None:
             raise MetricRaised(message) from raised
         raise GeoRowFailure(message)
+
+    def check_row_threshold(self, label: str, score: float) -> None:
+        """A suite's `row_threshold`: a row scoring below it fails its item."""
+        if self.row_threshold is not None and score < self.row_threshold:
+            raise GeoRowFailure(f"{label}: scored {score:.4f}, below the suite's row_threshold "
+                                f"{self.row_threshold:g}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
@@ -143,6 +150,7 @@ class GeoRowItem(GeoItem):
                                      nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
             self.row_error(f"{row.path}:{row.line}: error: {outcome.error}")
+        self.check_row_threshold(f"{row.path}:{row.line}", self.geo_record.get("score", 0.0))
 
 
 class GeoProblemItem(GeoItem):
@@ -182,6 +190,7 @@ class SuiteItem(GeoItem):
         if score.error:
             self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}",
                            score.raised)
+        self.check_row_threshold(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]", score.value)
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

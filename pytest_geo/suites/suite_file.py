@@ -95,6 +95,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         data=dict(doc["data"]),
         test_data=dict(doc.get("test_data") or {}),
         threshold=doc.get("threshold"),
+        row_threshold=doc.get("row_threshold"),
         markers=tuple(doc.get("markers", ())),
         procedure=procedure,
         base_dir=path.parent,
