@@ -16,8 +16,8 @@ from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
-    SuiteCollector,
     SuiteFile,
+    suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
@@ -202,7 +202,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
     if isinstance(obj, Suite):
-        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
+        return suite_collector(collector, obj)
     return None
 
 

@@ -114,3 +114,22 @@ def test_a_row_threshold_that_is_not_a_number_is_a_collection_error(pytester: py
     result = run(pytester)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*suite 's': row_threshold must be a finite number, got nan"])
+
+
+# --- 10. side by side with the E-GEO harness ---------------------------------------------------
+
+
+def test_one_suite_bound_to_two_names_is_collected_once(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", "") + "\nalias = s_eval\n")
+    collected = run(pytester, "--collect-only", "-q")
+    collected.stdout.fnmatch_lines(["test_s.py::s::train[[]0[]]", "test_s.py::s::train[[]1[]]",
+                                    "test_s.py::s::train[[]2[]]", "3 tests collected*"])
+    result = run(pytester, "--geo-report", "r.json")
+    result.assert_outcomes(passed=3)
+    (entry,) = json.loads((pytester.path / "r.json").read_text())["suites"]
+    assert entry["n"] == 3
+
+
+def test_one_suite_bound_to_two_names_in_a_conftest_is_collected_once(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(ROWS.replace("ROW_THRESHOLD", "") + "\nalias = s_eval\n")
+    run(pytester, "--collect-only", "-q").stdout.fnmatch_lines(["3 tests collected*"])

@@ -142,6 +142,19 @@ class SuiteCollector(pytest.Collector):
         return super().repr_failure(excinfo)
 
 
+_SUITES_SEEN = pytest.StashKey[set[int]]()
+
+
+def suite_collector(parent: pytest.Collector, suite: Suite) -> SuiteCollector | None:
+    """A module's suite, once: `alias = s` binds one suite to a second name, and pytest
+    offers each name (collecting both would run every row twice under one node id)."""
+    seen = parent.stash.setdefault(_SUITES_SEEN, set())
+    if id(suite) in seen:
+        return None
+    seen.add(id(suite))
+    return SuiteCollector.from_parent(parent, name=suite.name, suite=suite)
+
+
 class SuiteFile(pytest.File):
     """A YAML suite file (`*.geo.yaml` by default)."""
 

@@ -345,8 +345,10 @@ def _pair_line(path: Path, line_no: int, raw: bytes) -> list[Row]:
 
 
 def suites_in(module: Any) -> list[Suite]:
-    """The suites a module (a test module, a conftest.py, a suites file) declares."""
-    return [obj for obj in vars(module).values() if isinstance(obj, Suite)] if module is not None else []
+    """The suites a module (a test module, a conftest.py, a suites file) declares, each
+    once however many names it is bound to."""
+    found = {id(obj): obj for obj in vars(module).values() if isinstance(obj, Suite)} if module is not None else {}
+    return list(found.values())
 
 
 __all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_rows", "score_row", "suite"]
