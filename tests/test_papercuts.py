@@ -133,3 +133,31 @@ def test_one_suite_bound_to_two_names_is_collected_once(pytester: pytest.Pyteste
 def test_one_suite_bound_to_two_names_in_a_conftest_is_collected_once(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(ROWS.replace("ROW_THRESHOLD", "") + "\nalias = s_eval\n")
     run(pytester, "--collect-only", "-q").stdout.fnmatch_lines(["3 tests collected*"])
+
+
+# --- 9. messages that read right -------------------------------------------------------------
+
+
+def test_a_misspelt_yaml_key_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".geo.yaml", s="""
+suite: s
+data:
+  rows:
+    - {input: 1, expected: 1}
+metrics: {builtin: exact_match, dataset: rows}
+""")
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*s.geo.yaml: metrics: unknown key (did you mean 'metric'?)"])
+    result.stdout.no_fnmatch_line("*required property*")
+
+
+@pytest.mark.parametrize(("stats", "shape"), [
+    ({"mode": "fixed", "limit": 1}, "fixed at 1 row in flight"),
+    ({"mode": "fixed", "limit": 2}, "fixed at 2 rows in flight"),
+    ({"mode": "auto", "start": 1, "reached": 1, "limit": 1, "maximum": 4}, "auto, the limit stayed at 1 row in flight (bound 4)"),
+])
+def test_one_row_in_flight_is_singular(stats: dict[str, object], shape: str) -> None:
+    from pytest_geo.report.concurrency import stats_line
+
+    assert stats_line({"rate_limited": 0, **stats}) == f"concurrency: {shape}; 429 answers seen: 0"

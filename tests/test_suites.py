@@ -325,7 +325,7 @@ def test_yaml_suite_with_function_metric(pytester: pytest.Pytester) -> None:
     [
         ("suite: [unclosed", "sq.geo.yaml:1: invalid YAML: *"),
         (YAML_SUITE.replace("dataset: rows", "dataset: rows\n  colour: blue"),
-         "sq.geo.yaml: metric: Additional properties are not allowed ('colour' was unexpected)"),
+         "sq.geo.yaml: metric.colour: unknown key (known keys: name, dataset, builtin, function)"),
         (YAML_SUITE.replace("suite: square", "suite: 7"), "sq.geo.yaml: suite: 7 is not of type 'string'"),
         ("suite: !!python/object/apply:os.system ['echo pwned']\n", "sq.geo.yaml:1: invalid YAML: *python/object/apply:os.system*"),
         (YAML_SUITE.replace("procs:square", "nosuchmodule:square"),
