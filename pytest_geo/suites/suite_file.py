@@ -46,7 +46,8 @@ def _problem(error: jsonschema.ValidationError) -> str:
 
 def _unknown_key(error: jsonschema.ValidationError) -> str:
     """`metrics: unknown key (did you mean 'metric'?)`, or the keys allowed there."""
-    known = list(error.schema["properties"])
+    schema: Any = error.schema
+    known = list(schema.get("properties", {}))
     key = next(str(k) for k in error.instance if k not in known)
     where = _field(error)
     field = key if where == "(top level)" else f"{where}.{key}"
@@ -93,7 +94,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         validator("suite.schema.json").iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message)
     )
     if errors:
-        unknown = [e for e in errors if e.validator == "additionalProperties" and "properties" in e.schema]
+        unknown = [e for e in errors if e.validator == "additionalProperties" and isinstance(e.instance, dict)]
         if unknown:  # a misspelt key also leaves a required one missing: name the cause
             raise SuiteFileError(f"{shown}: {_unknown_key(unknown[0])}")
         error = jsonschema.exceptions.best_match(errors)
