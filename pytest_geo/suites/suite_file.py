@@ -48,7 +48,8 @@ def _unknown_key(error: jsonschema.ValidationError) -> str:
     """`metrics: unknown key (did you mean 'metric'?)`, or the keys allowed there."""
     schema: Any = error.schema
     known = list(schema.get("properties", {}))
-    key = next(str(k) for k in error.instance if k not in known)
+    instance: Any = error.instance
+    key = next(str(k) for k in instance if k not in known)
     where = _field(error)
     field = key if where == "(top level)" else f"{where}.{key}"
     close = difflib.get_close_matches(key, known, n=1)
