@@ -5,8 +5,11 @@ the split in the header, `egeo optimize`'s budget and cache, and messages that r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from test_optimize import make_project
+from test_optimize import run as run_optimize
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -161,3 +164,19 @@ def test_one_row_in_flight_is_singular(stats: dict[str, object], shape: str) -> 
     from pytest_geo.report.concurrency import stats_line
 
     assert stats_line({"rate_limited": 0, **stats}) == f"concurrency: {shape}; 429 answers seen: 0"
+
+
+def test_apply_when_the_current_prompt_stays_best_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    project = make_project(tmp_path / "p")
+    before = project.working.read_bytes()
+    code, _ = run_optimize(monkeypatch, project, "--iters", "1", "--apply")  # the mock's proposals only tie
+    captured = capsys.readouterr()
+    assert code == 0
+    result = json.loads(captured.out)
+    assert (result["applied"], result["best"]["iter"]) == (False, 0)
+    assert result["hint"] == "The current prompt stayed best; nothing needed applying."
+    assert "the current prompt stayed best: nothing to apply" in captured.err
+    assert "--apply" not in captured.err + result["hint"]
+    assert project.working.read_bytes() == before
+    assert captured.err.startswith("optimize: rewriter_user: 8 training rows")  # its progress label
