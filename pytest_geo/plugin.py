@@ -17,6 +17,7 @@ from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
     SuiteFile,
+    split_note,
     suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
@@ -178,6 +179,7 @@ def geo_header(config: pytest.Config) -> str:
         host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header += split_note(config)
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"

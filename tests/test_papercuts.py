@@ -180,3 +180,26 @@ def test_apply_when_the_current_prompt_stays_best_says_so(tmp_path: Path, monkey
     assert "--apply" not in captured.err + result["hint"]
     assert project.working.read_bytes() == before
     assert captured.err.startswith("optimize: rewriter_user: 8 training rows")  # its progress label
+
+
+# --- 7. the header says which split ran ------------------------------------------------------
+
+HELD_OUT = '''
+import pytest_geo
+s_eval = pytest_geo.suite("s", data={"rows": [(1, 1), (2, 2)]}, test_data={"rows": [(3, 3)]})
+
+@s_eval.metric
+def same(rows, expected):
+    return rows == expected
+'''
+
+
+def test_the_header_says_the_default_split_runs_test_data(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_s=HELD_OUT)
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["geo: *; split test: the test_data of s (their data rows run with "
+                                 "--geo-split train or all)"])
+    train = run(pytester, "--geo-split", "train")
+    train.assert_outcomes(passed=2)
+    train.stdout.no_fnmatch_line("*split test*")

@@ -142,6 +142,19 @@ class SuiteCollector(pytest.Collector):
         return super().repr_failure(excinfo)
 
 
+def split_note(config: pytest.Config) -> str:
+    """For the header: under --geo-split test (the default) a suite with test_data never
+    runs its data rows, which surprises who wrote both."""
+    if settings_of(config).split != "test":
+        return ""
+    held_out = sorted(name for name, (suite, _) in config.stash.get(DECLARED_SUITES, {}).items()
+                      if suite.metrics and suite.metrics[0].dataset in suite.test_data)
+    if not held_out:
+        return ""
+    return (f"; split test: the test_data of {', '.join(held_out)} (their data rows run with "
+            "--geo-split train or all)")
+
+
 _SUITES_SEEN = pytest.StashKey[set[int]]()
 
 
