@@ -11,6 +11,8 @@ import pytest
 from test_optimize import make_project
 from test_optimize import run as run_optimize
 
+from conftest import GeoProject
+
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest("-p", "no:cacheprovider", *args)
@@ -203,3 +205,43 @@ def test_the_header_says_the_default_split_runs_test_data(pytester: pytest.Pytes
     train = run(pytester, "--geo-split", "train")
     train.assert_outcomes(passed=2)
     train.stdout.no_fnmatch_line("*split test*")
+
+
+# --- 3. output caps sized to the answer --------------------------------------------------------
+
+PRICED = "[pytest]\ngeo_prices =\n    gpt-4o-mini = 0.15, 0.60\n"  # the list price, said for this local server
+
+
+def test_a_budget_the_full_run_fits_in_runs_every_row(served_project: GeoProject) -> None:
+    """10 rows cost about $0.0015 at the fake server; each call used to reserve its
+    4,096-token cap ($0.0025 of answer alone), so $0.005 ran only a few rows."""
+    served_project.pytester.makeini(PRICED)
+    result = served_project.run(str(served_project.dataset(10)), "--geo-budget", "0.005", "--geo-report", "r.json")
+    result.assert_outcomes(passed=10)
+    caps = [r["body"]["max_tokens"] for r in served_project.server.requests]
+    assert len(caps) == 30 and 256 < min(caps) and max(caps) < 1024
+
+
+def test_a_cap_the_user_sets_is_sent_as_set(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(2)), "--geo-max-output-tokens", "3000")
+    result.assert_outcomes(passed=2)
+    assert {r["body"]["max_tokens"] for r in served_project.server.requests} == {3000}
+
+
+def test_a_reasoning_model_keeps_the_default_cap() -> None:
+    from pytest_geo.llm.profiles import sized_cap
+
+    assert sized_cap("gpt-4o-mini", None, 100, 4096) == 356
+    assert sized_cap("gpt-4o-mini", None, 10_000, 4096) == 4096
+    assert sized_cap("o3-mini", None, 100, 4096) == 4096
+    assert sized_cap("gpt-5.1", "high", 100, 4096) == 4096
+    assert sized_cap("qwen3-8b", None, 100, 4096) == 4096  # a local model may think aloud in its answer
+
+
+def test_the_budget_message_names_the_cap_flag_when_the_cap_is_what_blocks(served_project: GeoProject) -> None:
+    served_project.pytester.makeini(PRICED)
+    result = served_project.run(str(served_project.dataset(2)), "--geo-max-output-tokens", "100000",
+                                "--geo-budget", "0.01")
+    result.stdout.fnmatch_lines(["*budget reached: a * call to gpt-4o-mini may cost up to $0.06* (its prompt and "
+                                 "the 100,000-token output cap), and $0.01000 of $0.01000 is left; the prompt fits, its "
+                                 "output cap does not: lower it with --geo-max-output-tokens N*"])

@@ -27,7 +27,9 @@ from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
 from pytest_geo.frozen import filled
 from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
+from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
 from pytest_geo.scoring import Score
+from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from pytest_geo.templates import placeholders, render
 
 T = TypeVar("T")
@@ -196,6 +198,7 @@ class GeoEngine:
         strict_facts: bool = False,
         max_output_tokens: int | None = None,
         cap_flag: str = "--geo-max-output-tokens",
+        reasoning_effort: str | None = None,
     ) -> None:
         self.prompts = prompts
         self.client = client
@@ -203,7 +206,8 @@ class GeoEngine:
         self.temperature = temperature
         self.reasks = reasks
         self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
-        self.max_output_tokens = max_output_tokens  # sent on every call
+        self.max_output_tokens = max_output_tokens  # sent on every call; None: sized to each answer
+        self.reasoning_effort = reasoning_effort  # which models reason (they keep the default cap)
         self.cap_flag = cap_flag  # the flag that sets it, named when an answer is cut at it
 
     async def ask(
@@ -216,6 +220,7 @@ class GeoEngine:
         calls: list[ModelCall] | None = None,
         step: str = "",
         schema: Mapping[str, Any] | None = None,
+        answer_bytes: int | None = None,
     ) -> T:
         """Ask (for an answer in `schema`'s shape, when given), parse, and on an answer
         that does not parse ask again with the problem stated. An answer cut at the
@@ -224,9 +229,9 @@ class GeoEngine:
         Every call goes through here, so this is where a row's transcript is kept: each
         attempt's messages and raw answer are appended to `calls` when it is given."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        cap = self.output_cap(role, answer_bytes)
         for attempt in range(self.reasks + 1):
-            request = chat_request(role, self.models[role], tuple(messages), self.temperature, context,
-                                   self.max_output_tokens, schema)
+            request = chat_request(role, self.models[role], tuple(messages), self.temperature, context, cap, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if calls is not None:
@@ -240,7 +245,7 @@ class GeoEngine:
                 raise
             call["answer"], call["cached"] = kept_answer(response.text), response.cached
             try:
-                check_answer(role, response, self.max_output_tokens, self.cap_flag)
+                check_answer(role, response, cap, self.cap_flag)
             except UnusableAnswer as exc:
                 call["error"] = str(exc)
                 raise
@@ -254,6 +259,15 @@ class GeoEngine:
                     {"role": "user", "content": f"That answer could not be used: {exc}. Answer again, JSON only."},
                 ]
         raise AssertionError("unreachable")
+
+    def output_cap(self, role: str, answer_bytes: int | None) -> int:
+        """The cap the user set, else one sized to the answer (`answer_bytes` of content;
+        None: the default cap), see llm/profiles.py."""
+        if self.max_output_tokens is not None:
+            return self.max_output_tokens
+        if answer_bytes is None:
+            return DEFAULT_MAX_OUTPUT_TOKENS
+        return sized_cap(self.models[role], self.reasoning_effort, answer_bytes, DEFAULT_MAX_OUTPUT_TOKENS)
 
     def shown(self, candidates: tuple[Candidate, ...]) -> Shown:
         """`candidates` as this engine's ranker templates show them."""
@@ -274,6 +288,7 @@ class GeoEngine:
             calls,
             step,
             shown.schema,
+            ranking_bytes(ids),
         )
         return ordered.index(row.target_id) + 1
 
@@ -298,6 +313,7 @@ class GeoEngine:
             calls,
             "rewrite",
             rewrite_schema(),
+            rewrite_bytes(target.description),
         )
 
     async def run(

@@ -25,7 +25,7 @@ from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelErro
 from pytest_geo.llm.ledger import WAIT, BudgetLimits, BudgetStatus, Cost, Ledger
 from pytest_geo.llm.prices import Price, format_dollars, price_table
 from pytest_geo.llm.profiles import TOKEN_PARAMS, ShapedRequest, request_body, sent_body
-from pytest_geo.settings import Settings
+from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 # The output cap reserved for a request sent without one (ChatRequest.max_output_tokens
 # None), which the layer then adds to it, so the cap it reserved is the cap sent.
@@ -86,8 +86,9 @@ class BudgetClient:
     """Reserves each call's worst case in the ledger before it goes to `inner`."""
 
     def __init__(self, inner: ChatClient, ledger: Ledger, prices: Mapping[str, Price],
-                 batch_roles: frozenset[str] = frozenset()) -> None:
+                 batch_roles: frozenset[str] = frozenset(), cap_flag: str = "--geo-max-output-tokens") -> None:
         self.inner = inner
+        self.cap_flag = cap_flag  # named when the output cap is what does not fit
         self.ledger = ledger
         self.prices = dict(prices)
         self.batch_roles = batch_roles  # roles whose calls go through the Batch API (half price)
@@ -98,9 +99,9 @@ class BudgetClient:
         # and a budget that runs out leaves rows not run rather than half run.
         self._waiting: list[Any] = []  # asyncio.Event each, made on the loop that waits
 
-    def worst_case(self, request: ChatRequest) -> Cost:
+    def worst_case(self, request: ChatRequest, with_cap: bool = True) -> Cost:
         prompt = prompt_token_bound(request)
-        cap = output_cap(request) or 0
+        cap = output_cap(request) or 0 if with_cap else 0
         price = self.prices.get(request.model)
         nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles) if price is not None else 0
         return Cost(nanousd, prompt + cap)
@@ -180,8 +181,12 @@ class BudgetClient:
             have = f"{format_dollars(max(left.nanousd, 0))} of {format_dollars(limits.nanousd)}"
         else:
             need, have = f"{worst.tokens:,} tokens", f"{max(left.tokens, 0):,} of {limits.tokens or 0:,} tokens"
+        prompt = self.worst_case(request, with_cap=False)
+        fits = (limits.nanousd is None or prompt.nanousd <= left.nanousd) and (
+            limits.tokens is None or prompt.tokens <= left.tokens)
+        hint = f"; the prompt fits, its output cap does not: lower it with {self.cap_flag} N" if fits else ""
         return (f"budget reached: a {request.role} call to {request.model} may cost up to {need} (its prompt "
-                f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left")
+                f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left{hint}")
 
     async def aclose(self) -> None:
         try:
@@ -221,7 +226,7 @@ def with_budget(inner: ChatClient, settings: Settings) -> ChatClient:
     from pytest_geo.llm.batch import BATCH_ROLES
 
     return BudgetClient(inner, Ledger(limits, settings.budget_ledger), price_table(settings.prices),
-                        BATCH_ROLES if settings.batch else frozenset())
+                        BATCH_ROLES if settings.batch else frozenset(), OUTPUT_CAP_FLAGS[settings.front_end])
 
 
 def budget_status(settings: Settings) -> BudgetStatus | None:
