@@ -123,7 +123,7 @@ def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing 
     parser.add_argument(
         "--max-output-tokens", type=positive_int, default=None, metavar="N",
         help=f"most tokens of each answer, sent on every model call; an answer cut at it fails its row "
-        f"(default: {DEFAULT_MAX_OUTPUT_TOKENS})",
+        f"(default: sized to each answer for models that do not reason, else {DEFAULT_MAX_OUTPUT_TOKENS})",
     )
     parser.add_argument("--ranker-model", default=None, metavar="M",
                         help=f"ranker model (env: RANKER_MODEL; default: {DEFAULT_MODELS['ranker']})")

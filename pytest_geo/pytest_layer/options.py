@@ -131,8 +131,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"retries of a failed model call (ini: geo_max_retries; default: {DEFAULT_MAX_RETRIES}).")
     group.addoption("--geo-max-output-tokens", type=positive_int, default=None, metavar="N",
                     help="most tokens of each answer, sent on every model call (as max_tokens); an answer "
-                         "cut at it fails its row (ini: geo_max_output_tokens; "
-                         f"default: {DEFAULT_MAX_OUTPUT_TOKENS}).")
+                         "cut at it fails its row (ini: geo_max_output_tokens; default: sized to each answer "
+                         f"for models that do not reason, else {DEFAULT_MAX_OUTPUT_TOKENS}).")
     group.addoption("--geo-split", type=split_mode, default=None, metavar="test|train|all",
                     help="suite rows to score: test (test_data, else data; default), train (data), "
                          "or all (both, reported separately) (ini: geo_split).")
