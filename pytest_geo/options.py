@@ -41,6 +41,18 @@ def positive_int(text: str) -> int:
     return _at_least(any_int(text), text, 1)
 
 
+def shard(text: str) -> tuple[int, int]:
+    """`K/N`: the K-th of N shards (1 <= K <= N)."""
+    k, sep, n = text.partition("/")
+    try:
+        index, count = int(k), int(n)
+    except ValueError:
+        index = count = 0
+    if not sep or not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N (the K-th of N shards)")
+    return index, count
+
+
 def concurrency(text: str) -> int | str:
     """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
     if text.strip().lower() == AUTO:
@@ -135,11 +147,18 @@ VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def variant(text: str) -> tuple[str, str]:
-    """`NAME=PATH` (spaces around `=` allowed, as in the ini's `NAME = PATH` lines)."""
+    """`NAME=PATH` (spaces around `=` allowed, as in the ini's `NAME = PATH` lines), or the
+    bare name of a packaged E-GEO style (`competitive`, engine/styles.py)."""
+    from pytest_geo.engine.styles import ATTACKS, STYLES, style_path
+
     name, sep, path = text.partition("=")
     name, path = name.strip(), path.strip()
+    packaged = style_path(name)
+    if not sep and packaged is not None:
+        return name, str(packaged)
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH")
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH, nor the name of a packaged style "
+                                         f"({', '.join(STYLES)}) or attack ({', '.join(ATTACKS)})")
     if not VARIANT_NAME.fullmatch(name):
         raise argparse.ArgumentTypeError(
             f"{text!r}: variant name {name!r} may use only letters, digits, '_', '.' and '-'")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.data.dataset import DATASET_SUFFIXES, is_dataset_path
 from pytest_geo.llm.profiles import merge_lessons
 from pytest_geo.llm.usage import merge_usage
 from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
@@ -163,14 +164,14 @@ def _load_baseline(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     """Which model, server, prompts and seed GEO rows use: for named datasets and for
     .jsonl paths given as arguments; for suites it comes once they are collected."""
-    if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
+    if not config.stash[DATASETS] and not any(is_dataset_path(a.split("::")[0]) for a in config.args):
         return None
     config.stash[HEADER_SHOWN] = True
     return geo_header(config)
 
 
 def geo_header(config: pytest.Config) -> str:
-    from pytest_geo.llm.factory import placeholder_key_host
+    from pytest_geo.local_server import placeholder_key_host
 
     settings = settings_of(config)
     if settings.mock:
@@ -191,10 +192,9 @@ def geo_header(config: pytest.Config) -> str:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     config = parent.config
-    if file_path.suffix == ".jsonl":
-        if file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path):
-            return GeoDatasetFile.for_path(parent, file_path)
-        return None
+    if file_path.suffix in DATASET_SUFFIXES:  # a dataset is collected only where it is named
+        named = file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path)
+        return GeoDatasetFile.for_path(parent, file_path) if named else None
     if any(file_path.match(pattern) for pattern in config.getini("geo_suite_files")):
         return SuiteFile.from_parent(parent, path=file_path)
     if file_path.name == "conftest.py" and suites_in(config.pluginmanager.get_plugin(str(file_path))):

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pytest_geo.llm.prices import Price
+from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, server_is_local
+from pytest_geo.price import Price
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
@@ -21,13 +22,6 @@ AUTO = "auto"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 60.0
 TIMEOUT_ENV = "OPENAI_TIMEOUT_SECONDS"  # the E-GEO harness's variable: used when no flag or ini gives one
-# A server on this machine or a private network is often a CPU model answering one call
-# at a time in seconds to minutes: a long timeout, and auto concurrency starting at one
-# row. It grows while calls come back as fast and backs off when they queue
-# (engine/adaptive.py), so a fast one (a GPU server, a loopback fake) gets the same bound
-# as a hosted API.
-LOCAL_TIMEOUT = 600.0
-LOCAL_START_CONCURRENCY = 1
 STRUCTURED_MODES = ("auto", "on", "off")
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_ALPHA = 0.05  # --geo-alpha: the error rate --geo-sequential decisions keep
@@ -137,6 +131,7 @@ class Settings:
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards of the rows (data/sampling.py)
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
@@ -199,11 +194,3 @@ def timeout_from_env(environ: Mapping[str, str] | None = None) -> float | None:
 def server_url(base_url: str | None) -> str:
     """The server the OpenAI client calls: the URL given, else OPENAI_BASE_URL, else OpenAI's."""
     return (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-
-
-def server_is_local(base_url: str | None) -> bool:
-    """The run's server (the URL given, else OPENAI_BASE_URL) is on this machine or a
-    private network."""
-    from pytest_geo.llm.factory import local_host
-
-    return local_host(base_url or os.environ.get("OPENAI_BASE_URL")) is not None

@@ -29,9 +29,10 @@ from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.budget import BudgetClient, BudgetReached, output_cap, prompt_token_bound, with_output_cap
 from pytest_geo.llm.healing import HealingClient
 from pytest_geo.llm.ledger import BudgetLimits, Cost, Ledger
-from pytest_geo.llm.prices import Price, format_dollars
+from pytest_geo.llm.prices import format_dollars
 from pytest_geo.llm.profiles import ShapedRequest
 from pytest_geo.options import dollars
+from pytest_geo.price import Price
 
 # gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case
 # is about $0.0026 (its prompt and the 4,096-token output cap), a fake-server row costs

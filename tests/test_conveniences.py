@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DUMMY_KEY, GeoProject
-from pytest_geo.llm.factory import PLACEHOLDER_KEY, placeholder_key_host
+from pytest_geo.local_server import PLACEHOLDER_KEY, placeholder_key_host
 from pytest_geo.settings import DEFAULT_SEED, Settings
 
 

@@ -11,7 +11,8 @@ import pytest
 from test_reporting import validate
 
 from conftest import GeoProject
-from pytest_geo.llm.prices import BUILTIN_PRICES, Price, PriceError, format_dollars, parse_price_lines
+from pytest_geo.llm.prices import BUILTIN_PRICES, PriceError, format_dollars, parse_price_lines
+from pytest_geo.price import Price
 
 
 def report(project: GeoProject, name: str) -> dict[str, Any]:

@@ -221,7 +221,7 @@ def test_a_directory_variant_overrides_the_rewriters_prompts_only(strategies: py
          "change the rewriter's prompts only, never the ranker's (the judge)"),
         ({"a.txt": "{{title}} {{description}}"}, ("--geo-variant", "a=a.txt", "--geo-variant", "a=a.txt"),
          "ERROR: --geo-variant: variant 'a' is given twice"),
-        ({}, ("--geo-variant", "no-path"), "*--geo-variant: 'no-path' is not NAME=PATH"),
+        ({}, ("--geo-variant", "no-path"), "*--geo-variant: 'no-path' is not NAME=PATH, nor the name of a packaged style (authoritative, *"),
         ({}, ("--geo-variant", "a b=x.txt"), "*variant name 'a b' may use only letters, digits*"),
     ],
 )
@@ -242,7 +242,7 @@ def test_a_bad_ini_variant_line_is_a_usage_error(strategies: pytest.Pytester) ->
     strategies.makeini("[pytest]\ngeo_variants =\n    keep = keep.txt\n    nonsense\n")
     result = strategies.runpytest("data/smoke.jsonl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: ini option geo_variants: 'nonsense' is not NAME=PATH"])
+    result.stderr.fnmatch_lines(["ERROR: ini option geo_variants: 'nonsense' is not NAME=PATH, nor the name of a packaged style*"])
 
 
 def test_calls_per_row_are_one_plus_two_per_variant_over_http(served_project: GeoProject) -> None:

@@ -22,9 +22,11 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
+from pytest_geo.llm.file_lock import locks_available
 from pytest_geo.llm.ledger import WAIT, BudgetLimits, BudgetStatus, Cost, Ledger
-from pytest_geo.llm.prices import Price, format_dollars, price_table
+from pytest_geo.llm.prices import format_dollars, price_table
 from pytest_geo.llm.profiles import TOKEN_PARAMS, ShapedRequest, request_body, sent_body
+from pytest_geo.price import Price
 from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 # The output cap reserved for a request sent without one (ChatRequest.max_output_tokens
@@ -208,6 +210,9 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
     """At start, before any call: a dollar budget needs a price for every model the run's
     rows call (ranker and rewriter; prompt procedures use the rewriter's), unless a token
     budget bounds them too."""
+    if BudgetLimits.of(settings).active and not settings.mock and not locks_available():
+        raise BudgetError(f"{flags[0]}: a budget needs file locks (fcntl), which this platform does not have; "
+                          f"run without {flags[0]} and {flags[1]}")
     if settings.budget is None or settings.budget_tokens is not None or settings.mock:
         return
     prices = price_table(settings.prices)

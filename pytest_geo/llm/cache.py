@@ -30,7 +30,6 @@ next: one cut at the output cap, or over the answer size cap (MAX_ANSWER_CHARS).
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
@@ -44,6 +43,7 @@ from typing import Any
 
 from pytest_geo.data.files import open_regular, write_all
 from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatClient, ChatRequest, ChatResponse, is_token_count
+from pytest_geo.llm.file_lock import lock, locks_available
 from pytest_geo.llm.profiles import sent_json
 
 CACHE_FORMAT = 2  # 2: keyed on the body as sent
@@ -272,7 +272,7 @@ class ResponseCache:
     def _open_writer(self) -> _Segment | None:
         """This process's segment: the first `<n>.jsonl` no live process holds, held with
         an exclusive lock until the process ends. None when none can be had."""
-        if self._unwritable:
+        if self._unwritable or not locks_available():  # no fcntl (Windows): answers are not kept
             return None
         try:
             self.segments_dir.mkdir(parents=True, exist_ok=True)
@@ -292,7 +292,7 @@ class ResponseCache:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     os.close(fd)
                     continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock(fd, wait=False)
             except OSError:  # held by another process
                 os.close(fd)
                 continue

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gc
-import ipaddress
 import os
 import sys
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.local_server import PLACEHOLDER_KEY, placeholder_key_host
 from pytest_geo.settings import Settings
 
 if TYPE_CHECKING:
@@ -65,35 +65,6 @@ class ClientSetupError(Exception):
 
     def naming(self, flags: dict[str, str]) -> str:
         return self.template.format(**flags)
-
-
-# Sent to a local server when no key is set: the SDK refuses to start without one, and
-# local servers (vLLM, Ollama, llama.cpp) ignore it. Never sent anywhere else.
-PLACEHOLDER_KEY = "sk-no-key-local-server"
-
-
-def local_host(url: str | None) -> str | None:
-    """The host when `url` points to this machine or a private network, else None."""
-    try:
-        host = urlsplit(url if url and "//" in url else f"//{url or ''}").hostname
-    except ValueError:
-        return None
-    if not host:
-        return None
-    if host == "localhost" or host.endswith(".localhost"):
-        return host
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return host if address.is_loopback or address.is_private or address.is_link_local else None
-
-
-def placeholder_key_host(settings: Settings) -> str | None:
-    """The local server a placeholder key goes to, when the run has no key of its own."""
-    if settings.mock or os.environ.get("OPENAI_API_KEY", "").strip():
-        return None
-    return local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
 
 
 def sdk_client_class() -> type[OpenAIChatClient]:

@@ -11,7 +11,6 @@ Without a file (a caller of the engine who names none) the ledger lives in memor
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -20,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from pytest_geo.llm.prices import NANO_PER_DOLLAR, format_dollars
+from pytest_geo.llm.file_lock import lock, unlock
+from pytest_geo.llm.prices import format_dollars
+from pytest_geo.price import NANO_PER_DOLLAR
 from pytest_geo.settings import Settings
 
 T = TypeVar("T")
@@ -170,7 +171,7 @@ class Ledger:
             self._file = self.path.open("r+b", buffering=0)
             self._opened_by = os.getpid()
         fd = self._file.fileno()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock(fd)
         try:
             data = os.pread(fd, os.fstat(fd).st_size, 0)
             try:
@@ -183,7 +184,7 @@ class Ledger:
                 os.pwrite(fd, text.ljust(len(data)), 0)
             return result
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
 
     def close(self) -> None:
         if self._file is not None:

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
-from pytest_geo.llm.prices import PRICES_DATE, Price, dollars, format_dollars
+from pytest_geo.llm.prices import PRICES_DATE, dollars, format_dollars
+from pytest_geo.price import Price
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
           "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_geo.data.dataset import is_dataset_path
+
 SPLIT_ITEM = re.compile(r"^(train|test)\[.*\]$")
 
 
@@ -19,7 +21,7 @@ def suite_of_nodeid(nodeid: str) -> str | None:
     parts = nodeid.split("::")
     if len(parts) >= 3 and SPLIT_ITEM.match(parts[-1]):
         return parts[-2]
-    if len(parts) == 2 and parts[0].endswith(".jsonl"):
+    if len(parts) == 2 and is_dataset_path(parts[0]):
         return parts[0]
     return None
 
@@ -30,7 +32,7 @@ def resolve_min_scores(config: pytest.Config, given: Mapping[str, float], suites
     relative to the invocation directory or absolute. Unknown names are a usage error
     listing the suites."""
     names = sorted(set(suites))
-    by_path = {(config.rootpath / name).resolve(): name for name in names if name.endswith(".jsonl")}
+    by_path = {(config.rootpath / name).resolve(): name for name in names if is_dataset_path(name)}
     resolved: dict[str, float] = {}
     unknown = []
     for key, value in given.items():
