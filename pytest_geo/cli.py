@@ -10,9 +10,10 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
@@ -80,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    """The settings the command's flags give; the flags another command has keep their defaults.
-    Only evaluate has cache flags: optimize counts requests under the cache and so is never
-    cached (see README)."""
+    """The settings the command's flags give; the flags another command has keep their defaults."""
     given = {option.key: getattr(args, option.key, None) for option in OPTIONS if option.setting}
     cache_dir = _cache_dir(args)
     given |= {
@@ -96,10 +95,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return build_settings(given, models)
 
 
-def _cache_dir(args: argparse.Namespace) -> Path | None:
-    """evaluate's answer cache (None under optimize, which has no cache flags)."""
-    if args.command != EVALUATE:
-        return None
+def _cache_dir(args: argparse.Namespace) -> Path:
     return Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIR
 
 
@@ -166,13 +162,26 @@ def evaluate(args: argparse.Namespace) -> int:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
         build_parser().error("--margin needs --sequential")
+    return _with_budget(args, settings, _evaluate)
+
+
+def _ready_cache(args: argparse.Namespace, settings: Settings) -> None:
+    """pytest's cache directory, git-ignored as pytest makes it, when the answers go there."""
+    if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
+        make_ignored_pytest_cache(PYTEST_CACHE)
+
+
+def _with_budget(args: argparse.Namespace, settings: Settings,
+                 command: Callable[[argparse.Namespace, Settings], int]) -> int:
+    """`command` under the run's budget (a ledger for its calls)."""
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)")
+                 "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
+                 else ("ranker", "rewriter"))
     if not BudgetLimits.of(settings).active:
-        return _evaluate(args, settings)
+        return command(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
     try:
-        return _evaluate(args, settings)
+        return command(args, settings)
     finally:
         ledger.unlink(missing_ok=True)
 
@@ -200,8 +209,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
-        if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
-            make_ignored_pytest_cache(PYTEST_CACHE)
+        _ready_cache(args, settings)
         display = _progress(settings)
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
@@ -330,9 +338,17 @@ def optimize_prompts(args: argparse.Namespace) -> int:
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
-    result = optimize_prompts(_settings(args), options)
-    print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    results: list[dict[str, Any]] = []
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        _ready_cache(args, settings)
+        results.append(optimize_prompts(settings, options))
+        status = budget_status(settings)
+        return 1 if status is not None and status.reached is not None else 0  # stopped short: the search was cut
+
+    code = _with_budget(args, _settings(args), run)
+    print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
+    return code
 
 
 def merge(args: argparse.Namespace) -> int:

@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeOpenAI
 from test_optimize import make_project
 from test_optimize import run as run_optimize
 
-from conftest import GeoProject
+from conftest import GeoProject, copy_prompts, egeo_workdir
+from pytest_geo.cli import main
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -245,3 +247,38 @@ def test_the_budget_message_names_the_cap_flag_when_the_cap_is_what_blocks(serve
     result.stdout.fnmatch_lines(["*budget reached: a * call to gpt-4o-mini may cost up to $0.06* (its prompt and "
                                  "the 100,000-token output cap), and $0.01000 of $0.01000 is left; the prompt fits, its "
                                  "output cap does not: lower it with --geo-max-output-tokens N*"])
+
+
+# --- 8. egeo optimize: a budget, a cost line and the answer cache ------------------------------
+
+
+def optimize_args(url: str, *extra: str) -> list[str]:
+    return ["optimize", "--train", "rows.jsonl", "--val", "rows.jsonl", "--prompts", "prompts", "--iters", "1",
+            "--base-url", url, *extra]
+
+
+def test_egeo_optimize_prints_its_cost_and_caches_its_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               fake_openai: FakeOpenAI,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=3)
+    copy_prompts(tmp_path / "prompts")
+    assert main(optimize_args(fake_openai.url)) == 0
+    err = capsys.readouterr().err
+    assert "model usage:" in err and "\ncost: " in err
+    sent = len(fake_openai.requests)
+    assert sent > 0 and (tmp_path / ".pytest_cache" / "d" / "geo").is_dir()
+    assert main(optimize_args(fake_openai.url)) == 0
+    assert len(fake_openai.requests) == sent  # every answer came from the cache
+    assert "cache_hits=" in capsys.readouterr().err
+    assert main(optimize_args(fake_openai.url, "--no-cache")) == 0
+    assert len(fake_openai.requests) >= 2 * sent  # sent again, and without the cache a repeated call is sent twice
+
+
+def test_egeo_optimize_holds_to_a_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=3)
+    copy_prompts(tmp_path / "prompts")
+    assert main(optimize_args(fake_openai.url, "--budget-tokens", "3000", "--no-cache")) == 1
+    err = capsys.readouterr().err
+    assert "budget: " in err and "tokens spent of 3,000; budget reached: " in err
+    assert sum(fake_openai.billed.values()) <= 3000

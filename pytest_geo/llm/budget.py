@@ -206,7 +206,8 @@ class BudgetError(ValueError):
 
 
 def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "--geo-budget-tokens"),
-                 price_option: str = "the ini option geo_prices") -> None:
+                 price_option: str = "the ini option geo_prices",
+                 roles: tuple[str, ...] = ("ranker", "rewriter")) -> None:
     """At start, before any call: a dollar budget needs a price for every model the run's
     rows call (ranker and rewriter; prompt procedures use the rewriter's), unless a token
     budget bounds them too."""
@@ -216,7 +217,7 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
     if settings.budget is None or settings.budget_tokens is not None or settings.mock:
         return
     prices = price_table(settings.prices)
-    for role in ("ranker", "rewriter"):
+    for role in roles:
         model = settings.models[role]
         if model not in prices:
             raise BudgetError(f"{flags[0]}: no price for the {role} model {model}, so its calls cannot be held to "

@@ -20,6 +20,7 @@ from pytest_geo.optimize.run import (
     Outputs,
     counted_client,
     reflection,
+    report_spend,
     search_and_write,
 )
 from pytest_geo.optimize.search import (
@@ -119,3 +120,4 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions,
         )
     finally:
         geo.close()
+        report_spend(geo, options.out)

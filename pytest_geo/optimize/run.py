@@ -18,6 +18,8 @@ from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.budget import budget_status
+from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.optimize.search import (
     REWRITER,
     CallCounter,
@@ -200,6 +202,25 @@ def search_and_write(
     saved_to = working if applied and working is not None else outputs.candidate
     return harness_result(best.index, best.template, best.summary, len(result.candidates), applied, saved_to,
                           {"scores_to": str(outputs.scores), **scores}, stayed=stayed)
+
+
+def report_spend(geo: GeoSession, out: TextIO | None) -> None:
+    """What the search's calls used and cost, and the budget, as `egeo evaluate` says them."""
+    out = out or sys.stderr
+    usage = geo.usage_table()
+    if usage:
+        print("model usage:", file=out)
+        for line in usage_lines(usage):
+            print(f"  {line}", file=out)
+        if not geo.settings.mock:
+            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=out)
+    status = budget_status(geo.settings)
+    if status is not None:
+        print(status.line(), file=out)
+        if status.reached is not None:
+            print("egeo: the budget cut the search short: rows it could not score count as errors (0.0)",
+                  file=out)
+    out.flush()
 
 
 APPLIED_HINT = "Optimized prompt applied to the working prompt file."

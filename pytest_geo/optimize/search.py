@@ -138,6 +138,11 @@ class CallCounter:
     def total(self) -> int:
         return sum(self.by_role.values())
 
+    @property
+    def base_url(self) -> object:
+        """The server's, so the answer cache above the counter keys on it (llm/factory.py)."""
+        return getattr(self.inner, "base_url", None)
+
     async def complete(self, request: ChatRequest) -> ChatResponse:
         self.by_role[request.role] += 1
         self.by_phase[self.phase] += 1
