@@ -27,6 +27,7 @@ from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
+from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
@@ -45,6 +46,7 @@ from pytest_geo.settings import (
     Settings,
     build_settings,
     connection_help,
+    describe_prompts,
     find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
@@ -80,12 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    """The settings the command's flags give; the flags another command has keep their defaults."""
+def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) -> Settings:
+    """The settings the command's flags give; the flags another command has keep their defaults.
+    `project`: the pytest configuration whose geo_prompts applies when --prompts is not given."""
     given = {option.key: getattr(args, option.key, None) for option in OPTIONS if option.setting}
     cache_dir = _cache_dir(args)
+    ini_prompts = project.get("geo_prompts") if project is not None else []
     given |= {
-        "prompts_dir": find_prompts_dir(args.prompts),
+        "prompts_dir": find_prompts_dir(args.prompts, ini_prompts[0] if ini_prompts else None,
+                                        project.rootdir if project is not None else None),
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
@@ -157,7 +162,13 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    project = find_config()
+    found = ""
+    if args.dataset is None:
+        args.dataset, source = project_dataset(project)
+        found = f" (from {source})"
+    settings = _settings(args, project)
+    args.reads = f"egeo: dataset {args.dataset}{found}; prompts {describe_prompts(settings.prompts_dir)}"
     if settings.sequential and len(settings.variants) < 2:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
@@ -210,6 +221,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
         _ready_cache(args, settings)
+        print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
         display = _progress(settings)
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
@@ -383,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, ProjectConfigError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

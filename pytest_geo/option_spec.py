@@ -109,8 +109,9 @@ OPTIONS: tuple[Option, ...] = (
            "kept for a dataset anywhere. The ini's datasets are added to any run",
            action="append", default=[], metavar="PATH", ini="geo_datasets", ini_type="paths",
            ini_help="GEO JSONL datasets, relative to the rootdir", egeo="--dataset",
-           egeo_help="GEO JSONL dataset",
-           egeo_kwargs={"required": True, "action": "store", "default": None, "type": Path}),
+           egeo_help="GEO JSONL dataset (default: the project's, as pytest runs it: geo_datasets in its pytest "
+           "configuration, else the dataset its YAML suite scores by rank_improvement)",
+           egeo_kwargs={"action": "store", "default": None, "type": Path}),
     Option("--geo-mock", "the deterministic offline mock model for every role; no network, no key",
            action="store_true", default=False, env=MOCK_ENV, egeo="--mock",
            egeo_commands=BOTH, setting=True),

@@ -282,3 +282,50 @@ def test_egeo_optimize_holds_to_a_budget(tmp_path: Path, monkeypatch: pytest.Mon
     err = capsys.readouterr().err
     assert "budget: " in err and "tokens spent of 3,000; budget reached: " in err
     assert sum(fake_openai.billed.values()) <= 3000
+
+
+# --- 8. egeo evaluate in a project made by egeo init; egeo init's last line ----------------------
+
+
+def test_egeo_evaluate_runs_the_init_projects_dataset_and_names_its_prompts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "next: pytest --geo-mock"
+    assert main(["evaluate", "--mock"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["n"] == 3
+    dataset = tmp_path / "eval" / "datasets" / "example.jsonl"
+    assert (f"egeo: dataset {dataset} (from the rank_improvement suite eval/suites/rewriter.geo.yaml); "
+            f"prompts {tmp_path / 'prompts'}") in captured.err.splitlines()
+
+
+def test_egeo_evaluate_reads_geo_datasets_and_geo_prompts_from_the_ini(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    copy_prompts(tmp_path / "mine")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngeo_datasets = rows.jsonl\ngeo_prompts = mine\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")  # found as pytest finds it: in a parent too
+    assert main(["evaluate", "--mock"]) == 0
+    err = capsys.readouterr().err
+    assert f"egeo: dataset {tmp_path / 'rows.jsonl'} (from geo_datasets in {tmp_path / 'pytest.ini'}); " \
+           f"prompts {tmp_path / 'mine'}" in err.splitlines()
+
+
+def test_egeo_evaluate_without_a_dataset_anywhere_says_what_it_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--mock"]) == 2
+    assert capsys.readouterr().err == ("egeo: error: --dataset is needed: no pytest configuration here, and no "
+                                       "YAML suite scores a GEO dataset by rank_improvement\n")
+
+
+def test_egeo_init_says_to_add_the_lines_when_it_only_printed_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tox.ini").write_text("[pytest]\naddopts = -q\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "."]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "next: add those lines, then pytest --geo-mock"
+    assert main(["init", "other"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "next: cd other && pytest --geo-mock"
