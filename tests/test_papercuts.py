@@ -329,3 +329,25 @@ def test_egeo_init_says_to_add_the_lines_when_it_only_printed_them(
     assert capsys.readouterr().out.splitlines()[-1] == "next: add those lines, then pytest --geo-mock"
     assert main(["init", "other"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "next: cd other && pytest --geo-mock"
+
+
+# --- 6. variants that tie ----------------------------------------------------------------------
+
+
+def test_variants_that_tie_are_shown_as_ties_and_not_pooled(geo_project: pytest.Pytester) -> None:
+    from test_variants import SIGNAL_TEMPLATE
+
+    (geo_project.path / "signal.txt").write_text(SIGNAL_TEMPLATE, encoding="utf-8")
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-variant", "plain=signal.txt", "--geo-variant",
+                                   "bestfor=signal.txt", "--geo-report", "r.json", "--geo-html", "r.html")
+    result.assert_outcomes(passed=16)
+    result.stdout.fnmatch_lines([
+        "variants of data/smoke.jsonl, best first: plain 2.0000 = bestfor 2.0000",
+        "  plain = bestfor (tied): n=8 mean_diff=+0.0000 *(0 better, 0 worse, 8 tied)",
+    ])
+    result.stdout.no_fnmatch_line("all GEO rows*")  # the same rows twice are not 16 rows
+    [pair] = json.loads((geo_project.path / "r.json").read_text())["variants"][0]["pairs"]
+    assert pair["tied"] is True
+    html = (geo_project.path / "r.html").read_text(encoding="utf-8")
+    assert "<td>plain (tied)</td><td>bestfor (tied)</td>" in html
+    assert "<th>better</th>" not in html
