@@ -17,8 +17,9 @@ from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
-    SuiteCollector,
     SuiteFile,
+    split_note,
+    suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
@@ -183,6 +184,7 @@ def geo_header(config: pytest.Config) -> str:
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
         model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header += split_note(config)
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
@@ -222,7 +224,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
     if isinstance(obj, Suite):
-        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
+        return suite_collector(collector, obj)
     return None
 
 

@@ -137,7 +137,9 @@ class Settings:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # each answer's token cap, sent on every call
+    # each answer's token cap, sent on every call; None: sized to the answer where the model
+    # does not reason (llm/profiles.py sized_cap), else DEFAULT_MAX_OUTPUT_TOKENS
+    max_output_tokens: int | None = None
     front_end: str = "pytest"  # "egeo" when the egeo command runs: messages name its flags
     cache_dir: Path | None = None
     use_cache: bool = True

@@ -299,6 +299,9 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.rate_limit.answered()
 
 
+CURRENT_PROMPT = re.compile(r"<<<\n(.*)\n>>>", re.S)  # the meta prompt's current template
+
+
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
     """The content a sensible model would give, computed from the prompt text.
 
@@ -327,6 +330,10 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         if fault == "echo_key":  # the key, \u-escaped, as one more id
             return '{"ordered_ids": ' + json.dumps(ordered)[:-1] + ', "' + key_forms(_key(headers))[1] + '"]}'
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+    if '"new_prompt"' in system:  # the meta-optimizer: the current template, one line added
+        current = CURRENT_PROMPT.search(user)
+        new = (current.group(1) if current else "") + "\nLead with the words of the query."
+        return json.dumps({"new_prompt": new, "rationale": "queries match better"})
     description = DESCRIPTION.search(user)
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})

@@ -63,7 +63,8 @@ class GeoSession:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
-                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges))
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges),
+                         reasoning_effort=settings.reasoning_effort)
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:

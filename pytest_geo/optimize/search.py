@@ -152,6 +152,11 @@ class CountedClient:
         self.inner = inner
         self.counter = counter
 
+    @property
+    def base_url(self) -> object:
+        """The server's, so the answer cache above the counter keys on it (llm/factory.py)."""
+        return getattr(self.inner, "base_url", None)
+
     async def complete(self, request: ChatRequest) -> ChatResponse:
         self.counter.by_role[request.role] += 1
         self.counter.by_phase[self.counter.phase] += 1
