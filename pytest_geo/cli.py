@@ -20,9 +20,9 @@ from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProble
 from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
-from pytest_geo.engine.judges import judges_from
 from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
+from pytest_geo.judge import judges_from
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_geo.engine.judges import JUDGE_SETTINGS, Judge
+from pytest_geo.judge import JUDGE_SETTINGS, Judge
 from pytest_geo.settings import AUTO, SPLITS, STRUCTURED_MODES
 
 # OpenAI's levels (minimal: gpt-5; none and xhigh: the gpt-5.x line); llm/profiles.py

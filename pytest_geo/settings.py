@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_geo.engine.judges import Judge
+from pytest_geo.judge import Judge
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, server_is_local
 from pytest_geo.price import Price
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_geo.data.egeo_data import is_egeo_data
-from pytest_geo.engine.judges import Judge, judges_from
+from pytest_geo.judge import Judge, judges_from
 from pytest_geo.llm.endpoints import Endpoint
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
 from pytest_geo.options import judge, variant, variant_model
