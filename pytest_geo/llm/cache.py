@@ -4,7 +4,7 @@ Hand-written rather than `diskcache`: diskcache pickles values, so a cache direc
 shared between CI jobs would become a code-execution vector. Entries are JSON lines
 appended to segment files, `<dir>/answers/<n>.jsonl`: creating a file per answer cost
 the kernel more CPU than everything else the cache does (README, "Client CPU per model
-call"), an append costs a few microseconds. Each process appends to a segment no other
+call"), where an append to an open file costs next to nothing. Each process appends to a segment no other
 process holds (an exclusive `flock` for its lifetime), each entry in one `write` of one
 whole line, so xdist workers and parallel runs never interleave, and a process killed
 mid-write leaves at most a torn last line: never indexed, or, once the next holder ends
