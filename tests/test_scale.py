@@ -152,13 +152,26 @@ def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
     )) + "\n")
     rows = [row for row in iter_dataset(path, 7, display="shown.jsonl") if isinstance(row, GeoRow)]
     for row in (*rows, replace(rows[1], variant="short")):
-        assert GeoRow.unpacked(row.packed()) == row
+        assert PackedRow.of(row).row() == row
     assert rows[0].target_was_chosen and rows[0].query_id is None and rows[0].path == "shown.jsonl"
-    # collection packs each line straight from its JSON: the same bytes as packing the parsed row
+    # collection keeps each line's bytes and the target drawn for it: read back, the same rows
     packed = list(iter_packed(path, 7, display="shown.jsonl"))
-    assert packed == [PackedRow.of(row) for row in rows]
+    assert [p.row() for p in packed if isinstance(p, PackedRow)] == rows
     assert [(p.line, p.query_id) for p in packed] == [(1, None), (2, "q2")]
-    assert GeoRow.unpacked(packed[0].data).target_id == rows[0].target_id
+    assert packed[0].text == path.read_bytes().splitlines()[0]
+    assert packed[1]._replace(variant="short").row() == replace(rows[1], variant="short")
+
+
+def test_a_packed_line_with_a_byte_order_mark_reads_back(tmp_path: Path) -> None:
+    """Files joined with `cat` carry a BOM at the start of a later line: kept in the
+    packed bytes, it is read back past, as when the line was checked."""
+    line = '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}, ' \
+           '{"id": "b", "title": "B", "description": "y"}]}'
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\n\xef\xbb\xbf" + line.encode() + b"\n")
+    rows = list(iter_dataset(path, 3))
+    packed = list(iter_packed(path, 3))
+    assert [p.row() for p in packed if isinstance(p, PackedRow)] == rows and len(rows) == 2
 
 
 RUN_AGAIN_CONFTEST = '''
