@@ -116,6 +116,7 @@ def _used_placeholders(*templates: str) -> frozenset[str]:
     return frozenset().union(*(placeholders(t) for t in templates))
 
 
+# Kept (issue 36): with `indent`, json.dumps runs its pure-Python encoder on every ranker prompt.
 def _json_line(c: Candidate) -> str:
     return (f'{{"id": {encode_basestring(c.id)}, "title": {encode_basestring(c.title)}, '
             f'"description": {encode_basestring(c.description)}}}')

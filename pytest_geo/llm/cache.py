@@ -1,5 +1,6 @@
 """An on-disk cache of model answers, as a wrapper around any client.
 
+Kept hand-written, append-only segments (issue 36): one `write` an answer, no file each.
 Hand-written rather than `diskcache`: diskcache pickles values, so a cache directory
 shared between CI jobs would become a code-execution vector. Entries are JSON lines
 appended to segment files, `<dir>/answers/<n>.jsonl`: creating a file per answer cost
