@@ -10,62 +10,48 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.judges import judges_from
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
-from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError, placeholder_key_host
+from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.llm.usage import cost_line, usage_lines
-from pytest_geo.options import (
-    alpha,
-    any_int,
-    concurrency,
-    dollars,
-    non_negative_int,
-    positive_float,
-    positive_int,
-    progress_mode,
-    reasoning_effort,
-    structured_mode,
-    temperature,
-    variant,
-)
+from pytest_geo.local_server import placeholder_key_host
+from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
+from pytest_geo.options import variant_model
+from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
-from pytest_geo.report.output import write_report_files
+from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
 from pytest_geo.report.terminal import fact_lines, request_change_lines
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.report.variants import compare_variants
+from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_MODELS,
-    DEFAULT_SEED,
-    DEFAULT_TIMEOUT,
-    LOCAL_START_CONCURRENCY,
-    LOCAL_TIMEOUT,
-    MOCK_ENV,
     PYTEST_CACHE,
     ROLES,
-    TIMEOUT_ENV,
     SettingError,
     Settings,
     build_settings,
     connection_help,
+    describe_prompts,
     find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
@@ -73,163 +59,26 @@ from pytest_geo.templates import PromptError
 VERBOSE_FIELDS = ("query_id", "target_id", "rank_before", "rank_after", "rank_improvement")
 
 
-def _common(parser: argparse.ArgumentParser, seed_help: str = "seed for missing target_ids") -> None:
-    parser.add_argument(
-        "--mock", action="store_true", help=f"offline deterministic mock model ({MOCK_ENV}=1 works too)"
-    )
-    parser.add_argument(
-        "--prompts",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="prompts directory (default: ./prompts, else the defaults shipped with pytest-geo)",
-    )
-    parser.add_argument("--seed", type=any_int, default=None, help=f"{seed_help} (default: {DEFAULT_SEED})")
-    parser.add_argument(
-        "--temperature", type=temperature, default=None, metavar="T",
-        help="sampling temperature (default: 0, and none for reasoning models such as o3 and gpt-5-mini)",
-    )
-    parser.add_argument(
-        "--reasoning-effort", type=reasoning_effort, default=None, metavar="LEVEL",
-        help="reasoning_effort (none, minimal, low, medium, high, xhigh) for the models that take it "
-        "(default: the model's own)",
-    )
-    parser.add_argument(
-        "--structured", type=structured_mode, default=None, metavar="auto|on|off",
-        help="ask for answers matching a strict JSON Schema: auto (default) falls back to plain answers, "
-        "once and said on stderr, when the server refuses it; on makes that refusal fail the run; off never asks",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=concurrency,
-        default=None,
-        metavar="N|auto",
-        help="most rows in flight, at most 2N model requests; auto (the default) starts at "
-        f"{DEFAULT_CONCURRENCY} ({LOCAL_START_CONCURRENCY} for a server on this machine or a private network) "
-        "and adapts to the server's rate limits and latency",
-    )
-    parser.add_argument(
-        "--max-concurrency",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help=f"upper bound of --concurrency auto (default: {DEFAULT_MAX_CONCURRENCY})",
-    )
-    parser.add_argument(
-        "--base-url", default=None, metavar="URL",
-        help="OpenAI-compatible server (env: OPENAI_BASE_URL; default: the OpenAI API); its key comes from "
-        "OPENAI_API_KEY",
-    )
-    parser.add_argument(
-        "--max-output-tokens", type=positive_int, default=None, metavar="N",
-        help=f"most tokens of each answer, sent on every model call; an answer cut at it fails its row "
-        f"(default: {DEFAULT_MAX_OUTPUT_TOKENS})",
-    )
-    parser.add_argument("--ranker-model", default=None, metavar="M",
-                        help=f"ranker model (env: RANKER_MODEL; default: {DEFAULT_MODELS['ranker']})")
-    parser.add_argument("--rewriter-model", default=None, metavar="M",
-                        help=f"rewriter model (env: REWRITER_MODEL; default: {DEFAULT_MODELS['rewriter']})")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egeo", description="E-GEO prompt evaluation (the engine behind pytest-geo).",
                                      epilog="Models" + connection_help("--").removeprefix("models") + ".")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    evaluate = commands.add_parser("evaluate", help="run the rank experiment over a JSONL dataset and print metrics")
-    evaluate.add_argument("--dataset", type=Path, required=True, metavar="PATH", help="GEO JSONL dataset")
-    evaluate.add_argument(
-        "--limit", type=positive_int, default=None, metavar="N", help="evaluate only the first N rows"
-    )
-    evaluate.add_argument(
-        "--sample", type=positive_int, default=None, metavar="N",
-        help="evaluate N rows drawn with --seed (after --limit), the rows pytest --geo-sample N runs",
-    )
-    evaluate.add_argument("--repeats", type=positive_int, default=None, metavar="K",
-                          help="run each row K times, each with its own seeded candidate order, and average them")
-    evaluate.add_argument("--timeout", type=positive_float, default=None, metavar="S",
-                          help=f"timeout for each model call in seconds (env: {TIMEOUT_ENV}; default: "
-                               f"{DEFAULT_TIMEOUT:g}, {LOCAL_TIMEOUT:g} for a server on this machine or a private "
-                               "network)")
-    evaluate.add_argument("--max-retries", type=non_negative_int, default=None, metavar="N",
-                          help=f"retries of a failed model call (default: {DEFAULT_MAX_RETRIES})")
-    evaluate.add_argument("--report", type=Path, default=None, metavar="PATH",
-                          help="write the JSON report (the schema of pytest --geo-report) to PATH, and the rows' "
-                               "model calls beside it to <PATH stem>.transcripts.jsonl.gz")
-    evaluate.add_argument("--html", type=Path, default=None, metavar="PATH",
-                          help="write the self-contained HTML report to PATH")
-    evaluate.add_argument("--progress", type=progress_mode, default=None, metavar="auto|on|off",
-                          help="the status line on stderr while rows run, from 2 s into the run: redrawn on "
-                               "a terminal, a plain line at most every 10 s elsewhere (default: auto)")
-    evaluate.add_argument("--budget", type=dollars, default=None, metavar="DOLLARS",
-                          help="spend at most DOLLARS on model calls at list prices: each call reserves its worst "
-                          "case before it is sent; a call that would cross the budget is not sent, and the rows "
-                          "it leaves are not run (exit status 1)")
-    evaluate.add_argument("--budget-tokens", type=positive_int, default=None, metavar="N",
-                          help="the same bound in tokens (prompt and answer); for models without a price, or "
-                          "together with --budget (both hold)")
-    evaluate.add_argument("--verbose", action="store_true", help="print one JSON line per row before the metrics")
-    evaluate.add_argument("--variant", type=variant, action="append", default=[], metavar="NAME=PATH",
-                          help="compare rewriting strategies, as pytest --geo-variant: PATH is a rewriter user "
-                               "template or a prompts directory; repeatable. stdout is then the metrics per variant")
-    evaluate.add_argument("--sequential", action="store_true",
-                          help="with two or more --variant: rows in an order drawn with --seed, in rounds, stopping "
-                               "once an anytime-valid test decides every pair at --alpha (pytest --geo-sequential)")
-    evaluate.add_argument("--alpha", type=alpha, default=None, metavar="A",
-                          help="the chance of a wrong --sequential decision, at most (default: 0.05)")
-    evaluate.add_argument("--margin", type=positive_float, default=None, metavar="M",
-                          help="with --sequential: also decide 'equivalent' within M rank places")
-    evaluate.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=DEFAULT_CACHE_DIR,
-        metavar="DIR",
-        help=f"model-answer cache (default: {DEFAULT_CACHE_DIR}, the pytest plugin's default when "
-        "this directory is pytest's rootdir, so the two share answers); the mock is never cached",
-    )
-    evaluate.add_argument("--no-cache", action="store_true", help="neither read nor write the model-answer cache")
-    evaluate.add_argument("--batch", action="store_true",
-                          help="send the model calls through the OpenAI Batch API (about half the price); "
-                          "batch ids are kept in the cache directory, so an interrupted run resumes them")
-    _common(evaluate)
+    evaluate = commands.add_parser(EVALUATE, help="run the rank experiment over a JSONL dataset and print metrics")
+    add_egeo_options(evaluate, EVALUATE)
     optimize = commands.add_parser(
-        "optimize",
+        OPTIMIZE,
         aliases=["optimize-prompts"],
         help="search for a better rewriter prompt with GEPA (writes rewriter_user.candidate.txt); prints "
         "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
-    optimize.add_argument(
-        "--train", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that drive the proposals"
-    )
-    optimize.add_argument(
-        "--val", type=Path, default=None, metavar="PATH", help="GEO JSONL rows that choose the best candidate"
-    )
-    optimize.add_argument(
-        "--suites",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="instead of --train/--val: a Python file whose prompt procedures marked "
-        "optimize=True are each scored by their same-named eval suite",
-    )
-    optimize.add_argument("--iters", type=positive_int, default=5, metavar="N", help="proposals to try (default: 5)")
-    optimize.add_argument(
-        "--max-metric-calls",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="most row evaluations (one candidate on one row) in the search",
-    )
-    optimize.add_argument("--apply", action="store_true", help="also replace rewriter_user.txt with the best candidate")
-    optimize.add_argument(
-        "--meta-model",
-        "--optimizer-model",
-        dest="optimizer_model",
-        default=None,
-        metavar="M",
-        help=f"meta-optimizer model (env: META_MODEL; default: {DEFAULT_MODELS['optimizer']})",
-    )
-    _common(optimize, seed_help="seed for the search and for missing target_ids")
+    add_egeo_options(optimize, OPTIMIZE)
+    merge = commands.add_parser(
+        "merge", help="merge JSON reports of shards (--geo-shard K/N) into one report, as one run over all "
+        "their rows; prints the metrics JSON")
+    merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT", help="JSON reports (--geo-report) to merge")
+    merge.add_argument("--report", required=True, metavar="PATH", help="write the merged JSON report to PATH")
+    merge.add_argument("--html", metavar="PATH", help="also write the merged HTML report to PATH")
     init = commands.add_parser(
         "init", help="write a starter project: prompts/, an example dataset and suite, and pytest.ini"
     )
@@ -238,43 +87,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    # Only evaluate has cache flags: optimize-prompts counts requests under the cache and
-    # so is never cached (see README).
-    cache_dir = getattr(args, "cache_dir", None)
-    given = {
-        "mock": args.mock,
-        "seed": args.seed,
-        "prompts_dir": find_prompts_dir(args.prompts),
-        "temperature": args.temperature,
-        "reasoning_effort": args.reasoning_effort,
-        "structured": args.structured,
-        "concurrency": args.concurrency,
-        "max_concurrency": args.max_concurrency,
-        "batch": getattr(args, "batch", False),
-        "base_url": args.base_url,
-        "max_output_tokens": args.max_output_tokens,
+def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) -> Settings:
+    """The settings the command's flags give; the flags another command has keep their defaults.
+    `project`: the pytest configuration whose geo_prompts applies when --prompts is not given."""
+    given = {option.key: getattr(args, option.key, None) for option in OPTIONS if option.setting}
+    cache_dir = _cache_dir(args)
+    ini_prompts = project.get("geo_prompts") if project is not None else []
+    given |= {
+        "prompts_dir": find_prompts_dir(args.prompts, ini_prompts[0] if ini_prompts else None,
+                                        project.rootdir if project is not None else None),
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
-    # evaluate's run flags; optimize-prompts keeps the defaults
-    for name in ("limit", "sample", "repeats", "timeout", "max_retries", "progress", "alpha", "margin", "budget",
-                 "budget_tokens"):
-        given[name] = getattr(args, name, None)
-    given["sequential"] = getattr(args, "sequential", False)
-    given["variants"] = _variants(getattr(args, "variant", []))
+    given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
+    try:
+        given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
+    except ValueError as exc:
+        build_parser().error(str(exc))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
-def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
+def _cache_dir(args: argparse.Namespace) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIR
+
+
+def _variants(named: Sequence[tuple[str, str]]) -> tuple[dict[str, Path], dict[str, str]]:
+    """The variants' paths and, from `PATH@MODEL`, their rewriter models."""
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             build_parser().error(f"--variant: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = Path(path)
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 class StderrOutput:
@@ -295,14 +148,14 @@ class StderrOutput:
 
 
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
-    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    """The rows --limit, --sample and --shard keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
-    if settings.sample is None:  # no names needed beyond the limit: read only that far
+    if settings.sample is None and settings.shard is None:  # no names needed beyond the limit: read only that far
         lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
         return row_names(lines), lines
     lines = list(iter_dataset(path, settings.seed))
     names = row_names(lines)
-    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed, settings.shard)
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
@@ -326,24 +179,47 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    project = find_config()
+    found = ""
+    if args.dataset is None:
+        args.dataset, source = project_dataset(project)
+        found = f" (from {source})"
+    settings = _settings(args, project)
+    args.reads = f"egeo: dataset {args.dataset}{found}; prompts {describe_prompts(settings.prompts_dir)}"
     if settings.sequential and len(settings.variants) < 2:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
         build_parser().error("--margin needs --sequential")
+    return _with_budget(args, settings, _evaluate)
+
+
+def _ready_cache(args: argparse.Namespace, settings: Settings) -> None:
+    """pytest's cache directory, git-ignored as pytest makes it, when the answers go there."""
+    if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
+        make_ignored_pytest_cache(PYTEST_CACHE)
+
+
+def _with_budget(args: argparse.Namespace, settings: Settings,
+                 command: Callable[[argparse.Namespace, Settings], int]) -> int:
+    """`command` under the run's budget (a ledger for its calls)."""
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)")
+                 "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
+                 else ("ranker", "rewriter"))
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
-        return _evaluate(args, settings)
+        return command(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
     try:
-        return _evaluate(args, settings)
+        return command(args, settings)
     finally:
         ledger.unlink(missing_ok=True)
 
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
+    inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
+              *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
+    check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
     names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
     # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
@@ -365,8 +241,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
-        if settings.use_cache and not settings.mock and args.cache_dir == DEFAULT_CACHE_DIR:
-            make_ignored_pytest_cache(PYTEST_CACHE)
+        _ready_cache(args, settings)
+        print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
         display = _progress(settings)
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
@@ -411,11 +287,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
               "the metrics cover only the rows that ran", file=sys.stderr)
     for line in _comparison_lines(results):
         print(line, file=sys.stderr)
-    if settings.variants:
-        metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
-        print(json.dumps({v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}, indent=2, sort_keys=True))
-    else:
-        print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
     written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
@@ -431,6 +303,22 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
+
+
+def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
+    """stdout's JSON: the E-GEO metrics (per variant with variants); with --judge each
+    also holds its `judges`, `panel` and `agreement` objects (report/judges.py)."""
+    suites = results.geo_suite_results()
+
+    def metrics(name: str, summary: Summary) -> dict[str, Any]:
+        suite = suites.get(name)
+        panel = suite.panel if suite is not None else None
+        return {**summary.as_geo(), **(panel.as_json() if panel is not None else {})}
+
+    if variants:
+        return {v: metrics(f"{dataset}[{v}]", suites[f"{dataset}[{v}]"].summary)
+                if f"{dataset}[{v}]" in suites else None for v in variants}
+    return metrics(dataset, results.geo_overall())
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
@@ -456,8 +344,11 @@ def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]
 
 
 def _comparison_lines(results: Results) -> list[str]:
-    """The variants' paired comparisons and the sequential decisions, as pytest prints them."""
-    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
+    """The judges' figures, the variants' paired comparisons and the sequential decisions,
+    as pytest prints them."""
+    lines = [line for name, s in results.geo_suite_results().items() if s.panel is not None
+             for line in s.panel.lines(name)]
+    lines += [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
@@ -490,14 +381,40 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
-    result = optimize_prompts(_settings(args), options)
-    print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    results: list[dict[str, Any]] = []
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        _ready_cache(args, settings)
+        results.append(optimize_prompts(settings, options))
+        status = budget_status(settings)
+        return 1 if status is not None and status.reached is not None else 0  # stopped short: the search was cut
+
+    code = _with_budget(args, _settings(args), run)
+    print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
+    return code or (1 if apply_refused(results[0]) else 0)
+
+
+def merge(args: argparse.Namespace) -> int:
+    from pytest_geo.report.merge import MergeError, merge_reports
+
+    check_output_paths([("--report", args.report), ("--html", args.html)],
+                       [(f"the report {path}", Path(path)) for path in args.reports], Path.cwd())
+    try:
+        results = merge_reports(args.reports)
+    except MergeError as exc:
+        print(f"egeo: error: {exc}", file=sys.stderr)
+        return 2
+    for path in write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html")):
+        print(f"report written to {path}", file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
+    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    return 1 if results.write_errors else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -511,10 +428,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)
+        if args.command == "merge":
+            return merge(args)
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError,
+            ProjectConfigError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -28,24 +28,28 @@ def ask(server: FakeOpenAI, *, timeout: float = 5.0, max_retries: int = 2):
     return asyncio.run(go())
 
 
+@pytest.mark.e2e
 def test_answer_and_tokens(fake_openai: FakeOpenAI) -> None:
     response = ask(fake_openai)
     assert '"ordered_ids": ["a"]' in response.text
     assert response.prompt_tokens > 0 and response.completion_tokens > 0 and response.retries == 0
 
 
+@pytest.mark.e2e
 def test_an_answer_served_as_text_plain_is_read(fake_openai: FakeOpenAI) -> None:
     fake_openai.fail_next("json_as_text")
     response = ask(fake_openai)
     assert '"ordered_ids": ["a"]' in response.text and response.prompt_tokens > 0 and response.retries == 0
 
 
+@pytest.mark.e2e
 def test_answer_fields_not_of_their_types_read_as_none(fake_openai: FakeOpenAI) -> None:
     fake_openai.fail_next("odd_types")
     response = ask(fake_openai)
     assert (response.text, response.prompt_tokens, response.completion_tokens, response.finish_reason) == ("", 0, 0, None)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["429", "500", "drop", "slow"])
 def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault: str) -> None:
     fake_openai.slow_seconds = 1.5
@@ -57,6 +61,7 @@ def test_transient_faults_are_retried_and_counted(fake_openai: FakeOpenAI, fault
     assert len(fake_openai.requests) == 2
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("fault", "cause"),
     [("500", "HTTP 500 (upstream exploded) after 1 retry"), ("drop", "connection error ("),
@@ -72,6 +77,7 @@ def test_exhausted_retries_name_the_cause(fake_openai: FakeOpenAI, fault: str, c
     assert "\n" not in message and info.value.retries == 1 and len(fake_openai.requests) == 2
 
 
+@pytest.mark.e2e
 def test_error_messages_never_carry_the_key(fake_openai: FakeOpenAI) -> None:
     fake_openai.always = "401"
     with pytest.raises(ModelError) as info:

@@ -42,6 +42,7 @@ GOOD = {
 }
 
 
+@pytest.mark.unit
 def test_candidate_renderings_match_json_dumps() -> None:
     candidates = (Candidate("a", 'Q "x" \\ é 中', "line\nbreak\ttab \u2028 \x01"), Candidate("b", "", "</script>"))
     for chosen in (candidates, candidates[:1], ()):
@@ -82,17 +83,20 @@ def _variants() -> list[object]:
     return out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("obj", _variants())
 def test_fast_row_check_agrees_with_the_schema(obj: object) -> None:
     assert (_plain_texts(obj) is not None) == _validator().is_valid(obj)
 
 
+@pytest.mark.unit
 def test_fast_row_check_reads_the_candidates_texts() -> None:
     assert _plain_texts(GOOD) == ("a", "A", "x", "b", "", "")
     extra = {**GOOD, "candidates": [{"price": 3, **c, "url": "u"} for c in GOOD["candidates"]]}
     assert _plain_texts(extra) == ("a", "A", "x", "b", "", "")
 
 
+@pytest.mark.unit
 def test_batched_submission_results_errors_and_cancellation() -> None:
     runner = Runner(concurrency=1)
     started: list[int] = []
@@ -124,6 +128,7 @@ def test_batched_submission_results_errors_and_cancellation() -> None:
         runner.close()
 
 
+@pytest.mark.unit
 def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in (
@@ -144,6 +149,7 @@ def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
     assert packed[1]._replace(variant="short").row() == replace(rows[1], variant="short")
 
 
+@pytest.mark.unit
 def test_a_packed_line_with_a_byte_order_mark_reads_back(tmp_path: Path) -> None:
     """Files joined with `cat` carry a BOM at the start of a later line: kept in the
     packed bytes, it is read back past, as when the line was checked."""
@@ -177,6 +183,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.plugin
 def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(RUN_AGAIN_CONFTEST)
     geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
@@ -185,6 +192,7 @@ def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> N
     assert again[0] == ["best lightweight laptop for travel under 1kg"] * 2 + ["p1", 3, 1]
 
 
+@pytest.mark.unit
 def test_rows_are_scheduled_a_window_ahead_of_the_running_item(tmp_path: Path) -> None:
     settings = Settings(prompts_dir=PROMPTS, concurrency=1)
     geo = GeoSession(settings, build_stack(settings, MockClient()))
@@ -238,6 +246,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.plugin
 def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(WINDOW_CONFTEST)
     (geo_project.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(30)))
@@ -248,6 +257,7 @@ def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pyte
     assert 2 <= json.loads((geo_project.path / "most.json").read_text()) <= 9
 
 
+@pytest.mark.unit
 def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
     from pytest_geo.report.results import fold_feedback
 
@@ -257,6 +267,7 @@ def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
     assert fold_feedback(iter(["b", "a", "b"])) == "b (x2); a"
 
 
+@pytest.mark.unit
 def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
     from pytest_geo.data.record import geo_record
 
@@ -296,11 +307,13 @@ REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("line", VALID_LINES)
 def test_a_line_decodes_as_json_loads_does(line: str) -> None:
     assert _loads_row(line) == json.loads(line)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("line", "key"), REPEATED_LINES)
 def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
     json.loads(line)  # valid JSON, which json.loads reads without a word
@@ -341,6 +354,7 @@ def _row_lines(draw: st.DrawFn) -> tuple[str, str | None]:
     return spell(top), repeated
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None)
 @given(_row_lines())
 def test_a_line_decodes_as_json_loads_does_unless_a_key_repeats(spelled: tuple[str, str | None]) -> None:

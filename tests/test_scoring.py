@@ -16,6 +16,8 @@ from pytest_geo.llm.mock import MockClient
 from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
 from pytest_geo.templates import render
 
+pytestmark = pytest.mark.unit
+
 
 def test_empty() -> None:
     s = summarize([])

@@ -402,14 +402,30 @@ def read_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
             yield line_no, raw.rstrip(b"\r\n")
 
 
+# A dataset is a JSONL file of rows, or an E-GEO benchmark data file (data/egeo_data.py).
+DATASET_SUFFIXES = (".jsonl", ".json")
+
+
+def is_dataset_path(path: str) -> bool:
+    return path.endswith(DATASET_SUFFIXES)
+
+
 def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
     """Yield each non-blank line of a JSONL file as a row or a problem, lazily, in file
-    order (the seeded target choice depends on it)."""
+    order (the seeded target choice depends on it); an E-GEO data file's queries."""
+    from pytest_geo.data.egeo_data import is_egeo_data, iter_egeo
+
+    if is_egeo_data(path):
+        return iter_egeo(path, display)
     return _iter_lines(path, seed, display, geo_row)
 
 
 def iter_packed(path: Path | str, seed: int, display: str | None = None) -> Iterator[CollectedLine]:
     """`iter_dataset` with each row packed as read (PackedRow), as collection keeps it."""
+    from pytest_geo.data.egeo_data import is_egeo_data, iter_egeo
+
+    if is_egeo_data(path):
+        return map(packed_line, iter_egeo(path, display))
     return _iter_lines(path, seed, display, packed_row)
 
 

@@ -1,15 +1,17 @@
-"""Building the run's one client from settings: the mock, or the OpenAI SDK."""
+"""Building a backend from settings: the mock, the OpenAI SDK client for the default
+server or an endpoint (llm/endpoints.py), or a registered provider's client."""
 
 from __future__ import annotations
 
 import gc
-import ipaddress
 import os
 import sys
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.endpoints import Endpoint, describe
+from pytest_geo.local_server import PLACEHOLDER_KEY, placeholder_key_host
 from pytest_geo.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,35 +69,6 @@ class ClientSetupError(Exception):
         return self.template.format(**flags)
 
 
-# Sent to a local server when no key is set: the SDK refuses to start without one, and
-# local servers (vLLM, Ollama, llama.cpp) ignore it. Never sent anywhere else.
-PLACEHOLDER_KEY = "sk-no-key-local-server"
-
-
-def local_host(url: str | None) -> str | None:
-    """The host when `url` points to this machine or a private network, else None."""
-    try:
-        host = urlsplit(url if url and "//" in url else f"//{url or ''}").hostname
-    except ValueError:
-        return None
-    if not host:
-        return None
-    if host == "localhost" or host.endswith(".localhost"):
-        return host
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return host if address.is_loopback or address.is_private or address.is_link_local else None
-
-
-def placeholder_key_host(settings: Settings) -> str | None:
-    """The local server a placeholder key goes to, when the run has no key of its own."""
-    if settings.mock or os.environ.get("OPENAI_API_KEY", "").strip():
-        return None
-    return local_host(settings.base_url or os.environ.get("OPENAI_BASE_URL"))
-
-
 def sdk_client_class(freeze: bool = False) -> type[OpenAIChatClient]:
     """The SDK-backed client class, importing the `openai` SDK on first use.
 
@@ -123,11 +96,58 @@ def sdk_client_class(freeze: bool = False) -> type[OpenAIChatClient]:
     return OpenAIChatClient
 
 
-def build_client(settings: Settings) -> ChatClient:
+def literal(text: str) -> str:
+    """`text` as a ClientSetupError template (whose braces name flags) shows it."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def endpoint_key(endpoint: Endpoint) -> str | None:
+    """The key of `endpoint`, from its own variable only; None for an endpoint that takes
+    none. Raises ClientSetupError naming the variable when it is unset."""
+    if endpoint.key_variable is None:
+        return None
+    key = os.environ.get(endpoint.key_variable, "").strip()
+    if not key:
+        raise ClientSetupError(literal(f"{describe(endpoint)} needs its key in {endpoint.key_variable}, which is not "
+                                       "set (a key goes only to its own endpoint)"))
+    return key
+
+
+def endpoint_client(settings: Settings, endpoint: Endpoint) -> ChatClient:
+    """The backend of `endpoint` (`settings` already carry its URL and timeout), with the
+    key of its own variable: a registered provider's client, else the OpenAI SDK's."""
+    api_key = endpoint_key(endpoint)
+    if _has_credentials(endpoint.base_url):
+        raise ClientSetupError(literal(f"{describe(endpoint)}: its base URL holds a user name or password "
+                                       "(user:password@host): remove them and name a key variable"))
+    if _control_character(endpoint.base_url) is not None:
+        raise ClientSetupError(literal(f"{describe(endpoint)}: its base URL holds a control character; remove it"))
+    if endpoint.provider is not None:
+        from pytest_geo.llm.providers import ProviderError, load_provider
+
+        try:
+            provider = load_provider(endpoint.provider)
+        except ProviderError as exc:
+            raise ClientSetupError(literal(str(exc))) from None
+        if provider is None:
+            raise ClientSetupError(literal(f"{describe(endpoint)}: provider {endpoint.provider!r} is not installed"))
+        return provider.client(endpoint.base_url, api_key, settings)
+    return sdk_client_class(freeze=settings.front_end == "egeo")(
+        api_key=api_key or PLACEHOLDER_KEY,  # the SDK needs one; a server that takes none ignores it
+        base_url=endpoint.base_url,
+        timeout=settings.timeout,
+        max_retries=settings.max_retries,
+    )
+
+
+def build_client(settings: Settings, endpoint: Endpoint | None = None) -> ChatClient:
+    """The mock (for every endpoint), else the backend of `endpoint`, else of the default server."""
     if settings.mock:
         from pytest_geo.llm.mock import MockClient
 
         return MockClient()
+    if endpoint is not None:
+        return endpoint_client(settings, endpoint)
     api_key = os.environ.get("OPENAI_API_KEY", "").strip()
     if not api_key and placeholder_key_host(settings) is not None:
         api_key = PLACEHOLDER_KEY

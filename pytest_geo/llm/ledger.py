@@ -11,7 +11,6 @@ Without a file (a caller of the engine who names none) the ledger lives in memor
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -20,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from pytest_geo.llm.prices import NANO_PER_DOLLAR, format_dollars
+from pytest_geo.llm.file_lock import lock, unlock
+from pytest_geo.llm.prices import format_dollars
+from pytest_geo.price import NANO_PER_DOLLAR
 from pytest_geo.settings import Settings
 
 T = TypeVar("T")
@@ -73,8 +74,9 @@ class LedgerState:
     """What the run has spent, what calls in flight hold, and why calls stopped (if they did)."""
 
     spent: Cost = Cost()  # what servers reported for the answers that came
-    # Worst cases charged for calls whose answer never came though the server may have
-    # billed them (timeouts, dropped connections, calls cancelled in flight).
+    # Worst cases charged for calls whose cost is unknown: their answer never came though
+    # the server may have billed them (timeouts, dropped connections, calls cancelled in
+    # flight), or it came without believable usage.
     unknown: Cost = Cost()
     reserved: dict[str, Cost] = field(default_factory=dict)  # process id -> what its calls hold
     refused_calls: int = 0
@@ -131,7 +133,8 @@ class BudgetStatus:
         text = "budget: " + ", ".join(parts)
         if self.unknown.nanousd or self.unknown.tokens:
             text += (f" (and up to {format_dollars(self.unknown.nanousd)}, {self.unknown.tokens:,} tokens "
-                     "charged for calls cut off before their answer)")
+                     "charged for calls whose cost is unknown: cut off before their answer, or answered "
+                     "without usage)")
         if self.reached is not None:
             text += f"; {self.reached}"
         return text
@@ -170,7 +173,7 @@ class Ledger:
             self._file = self.path.open("r+b", buffering=0)
             self._opened_by = os.getpid()
         fd = self._file.fileno()
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock(fd)
         try:
             data = os.pread(fd, os.fstat(fd).st_size, 0)
             try:
@@ -183,7 +186,7 @@ class Ledger:
                 os.pwrite(fd, text.ljust(len(data)), 0)
             return result
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
 
     def close(self) -> None:
         if self._file is not None:

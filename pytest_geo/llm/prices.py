@@ -12,24 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from pytest_geo.price import NANO_PER_DOLLAR, Price
 
 PRICES_DATE = "2025-08"
-# The Batch API bills its answers at half the list price (OpenAI's batch discount).
-BATCH_PRICE_FACTOR = 0.5
-NANO_PER_DOLLAR = 1_000_000_000  # costs are counted in integer nano-dollars: exact sums, plain data
-
-
-@dataclass(frozen=True)
-class Price:
-    input_per_million: float
-    output_per_million: float
-
-    def nanodollars(self, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> int:
-        # dollars per million tokens = nano-dollars per thousandth of a token: x 1000 per token
-        listed = (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) * 1000
-        return round(listed * (BATCH_PRICE_FACTOR if batch else 1.0))
-
 
 BUILTIN_PRICES: Mapping[str, Price] = {
     "gpt-5": Price(1.25, 10.00),
@@ -47,6 +33,9 @@ BUILTIN_PRICES: Mapping[str, Price] = {
     "gpt-3.5-turbo": Price(0.50, 1.50),
 }
 
+# Dollars per million tokens no model costs (a dollar a token): a price of 1e308 made every
+# cost infinite, and every row failed converting it to whole nano-dollars.
+MAX_PRICE = 100_000.0
 PRICE_LINE_FORMAT = "model = input_per_million, output_per_million"
 
 
@@ -70,10 +59,10 @@ def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
             price = Price(float(parts[0]), float(parts[1]))
         except ValueError:
             raise PriceError(f"line {number} {raw.strip()!r}: expected {PRICE_LINE_FORMAT!r}") from None
-        if min(price.input_per_million, price.output_per_million) < 0 or not all(
-            p == p and p != float("inf") for p in (price.input_per_million, price.output_per_million)
-        ):
-            raise PriceError(f"line {number} {raw.strip()!r}: prices must be finite and not negative")
+        if not all(math.isfinite(p) and 0 <= p <= MAX_PRICE for p in (price.input_per_million,
+                                                                        price.output_per_million)):
+            raise PriceError(f"line {number} {raw.strip()!r}: prices must be finite, not negative and at most "
+                             f"{MAX_PRICE:g} dollars per million tokens")
         prices[model.strip()] = price
     return prices
 
