@@ -15,7 +15,6 @@ from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
 from pytest_geo.engine.answer_schemas import ranking_schema, rewrite_schema
 from pytest_geo.engine.answers import (
-    AnswerError,
     UnusableAnswer,
     check_answer,
     kept_answer,
@@ -26,6 +25,7 @@ from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
+from pytest_geo.llm.answer_json import AnswerError
 from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
 from pytest_geo.scoring import Score

@@ -403,7 +403,7 @@ def usable(request: ChatRequest, response: ChatResponse) -> bool:
     schema = request.response_schema
     if schema is None:
         return True
-    from pytest_geo.engine.answers import AnswerError, extract_json_object
+    from pytest_geo.llm.answer_json import AnswerError, extract_json_object
 
     required = [name for name in schema.get("required", ()) if isinstance(name, str)]
     try:
