@@ -78,7 +78,7 @@ from pytest_geo.llm.profiles import sent_body, sent_json
 from pytest_geo.llm.stack import build_stack
 from pytest_geo.settings import Settings
 
-OpenAIChatClient = sdk_client_class()  # imported as a run imports it (llm/factory.py: the GC frozen after)
+OpenAIChatClient = sdk_client_class()  # imported as a pytest run imports it (llm/factory.py)
 TARGET_US = 1500
 PASSES = 5
 # A child process at the collector's default pace: gc_pace's raised threshold made a no-op.

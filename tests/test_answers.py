@@ -15,14 +15,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_geo.engine import answers
-from pytest_geo.engine.answers import (
-    AnswerError,
-    UnusableAnswer,
-    _fenced_blocks,
-    extract_json_object,
-    parse_ranking,
-    parse_rewrite,
-)
+from pytest_geo.engine.answers import UnusableAnswer, parse_ranking, parse_rewrite
+from pytest_geo.llm import answer_json
+from pytest_geo.llm.answer_json import AnswerError, _fenced_blocks, extract_json_object
 from pytest_geo.llm.base import ChatResponse
 
 pytestmark = pytest.mark.unit
@@ -105,7 +100,7 @@ def test_the_answer_found_is_the_one_the_quadratic_search_found(text: str, key: 
 def test_decoding_in_windows_finds_what_decoding_the_rest_of_the_text_finds(
         text: str, key: str | None, window: int) -> None:
     """Windows far smaller than the answers, so decodes run out of them mid-token."""
-    with mock.patch.object(answers, "FIRST_WINDOW", window):
+    with mock.patch.object(answer_json, "FIRST_WINDOW", window):
         assert outcome(extract_json_object, text, key) == outcome(old_extract, text, key)
 
 

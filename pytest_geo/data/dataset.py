@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import marshal
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,9 +26,9 @@ RowKey = tuple[str, int, str | None]  # and the variant it runs with (--geo-vari
 
 
 class Candidate(NamedTuple):
-    """A tuple of three strings: built ten times a row in a few microseconds, and once the
-    garbage collector has seen it, never traversed again (a row's candidates stay in
-    memory for the whole run)."""
+    """A tuple of three strings. Kept a NamedTuple (issue 36): a row holds ten for the
+    whole run, and a tuple of strings is small and, once the garbage collector has seen
+    it, never traversed again."""
 
     id: str
     title: str
@@ -52,12 +51,6 @@ def _texts(candidates: Iterable[Any]) -> tuple[str, ...]:
 def _candidates(flat: tuple[str, ...]) -> tuple[Candidate, ...]:
     """Candidates from their texts, three a candidate (`_texts`, a packed row's)."""
     return tuple(Candidate._make(flat[i:i + 3]) for i in range(0, len(flat), 3))
-
-
-def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,
-          target_was_chosen: bool, variant: str | None) -> bytes:
-    """A row as `GeoRow.unpacked` reads it back; `flat`: the candidates' texts, three a candidate."""
-    return marshal.dumps((path, line, query, flat, target_id, query_id, target_was_chosen, variant))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,35 +83,31 @@ class GeoRow:
     def key(self) -> RowKey:
         return (self.path, self.line, self.variant)
 
-    def packed(self) -> bytes:
-        """This row as one bytes object (`GeoRow.unpacked` reads it back): what a pytest
-        item keeps of its row, since a run holds every item to its end (PackedRow). A
-        third of the parsed row's memory, and nothing for the garbage collector to walk."""
-        return _pack(self.path, self.line, self.query, tuple(chain.from_iterable(self.candidates)), self.target_id,
-                     self.query_id, self.target_was_chosen, self.variant)
-
-    @classmethod
-    def unpacked(cls, data: bytes) -> GeoRow:
-        path, line, query, flat, target_id, query_id, chosen, variant = marshal.loads(data)
-        return cls(path, line, query, _candidates(flat), target_id, query_id, chosen, variant)
-
 
 class PackedRow(NamedTuple):
-    """A valid row as collection keeps it (`GeoRow.packed`), with what naming its item
-    needs: a run holds every item to its end, and a parsed row of ten candidates is
-    three times the size of its packed bytes, and forty objects for the garbage
-    collector to walk."""
+    """A valid row as collection keeps it: its line's JSON bytes, already checked, with
+    the target the checks found (given, or drawn in file order) and what naming its item
+    needs. A run holds every item to its end, and one bytes object is far smaller than
+    a parsed row of ten candidates (forty objects for the garbage collector to walk)."""
 
+    path: str
     line: int
     query_id: str | None
-    data: bytes
+    text: bytes
+    target_id: str
+    target_was_chosen: bool
+    variant: str | None = None
 
     @classmethod
     def of(cls, row: GeoRow) -> PackedRow:
-        return cls(row.line, row.query_id, row.packed())
+        text = json.dumps({"query": row.query, "candidates": [c.as_dict() for c in row.candidates]})
+        return cls(row.path, row.line, row.query_id, text.encode("ascii"), row.target_id, row.target_was_chosen,
+                   row.variant)
 
     def row(self) -> GeoRow:
-        return GeoRow.unpacked(self.data)
+        obj = json.loads(self.text)
+        return GeoRow(self.path, self.line, obj["query"], _candidates(_texts(obj["candidates"])), self.target_id,
+                      self.query_id, self.target_was_chosen, self.variant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,21 +210,21 @@ def _loads_row(text: str) -> Any:
 
 
 Row = TypeVar("Row", GeoRow, PackedRow)
-# What a valid line becomes: (path, line, query, the candidates' texts (id, title,
-# description, three a candidate), target id, query id, target was chosen) -> a row (GeoRow)
-# or the row packed as a collector keeps it (PackedRow).
-RowMaker = Callable[[str, int, str, tuple[str, ...], str, "str | None", bool], Row]
+# What a valid line becomes: (path, line, the line's bytes, query, the candidates' texts
+# (id, title, description, three a candidate), target id, query id, target was chosen) ->
+# a row (GeoRow) or the row packed as a collector keeps it (PackedRow).
+RowMaker = Callable[[str, int, bytes, str, tuple[str, ...], str, "str | None", bool], Row]
 
 
-def geo_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
+def geo_row(path: str, line: int, raw: bytes, query: str, flat: tuple[str, ...], target_id: str,
             query_id: str | None, target_was_chosen: bool) -> GeoRow:
     return GeoRow(path, line, query, _candidates(flat), target_id, query_id, target_was_chosen)
 
 
-def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str,
+def packed_row(path: str, line: int, raw: bytes, query: str, flat: tuple[str, ...], target_id: str,
                query_id: str | None, target_was_chosen: bool) -> PackedRow:
-    """The row packed straight from its JSON: no GeoRow built only to be packed."""
-    return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
+    """The row packed straight from its line: no GeoRow built only to be packed."""
+    return PackedRow(path, line, query_id, raw, target_id, target_was_chosen)
 
 
 class _Refused(Exception):
@@ -263,7 +252,7 @@ def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int]
     except _Refused as problem:
         return RowProblem(path, line_no, str(problem), query_id)
     # drawn: set when target is None
-    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
+    return make(path, line_no, raw, obj["query"], flat, target if target is not None else ids[drawn or 0],
                 query_id, target is None)
 
 
@@ -355,7 +344,9 @@ def _draw(obj: Any, choose: Callable[[int], int]) -> int | None:
 
 
 def _plain_texts(obj: Any) -> tuple[str, ...] | None:
-    """The candidates' texts (id, title, description, three a candidate) of a row the
+    """Kept over jsonschema for every row (issue 36): many times faster on a valid row.
+
+    The candidates' texts (id, title, description, three a candidate) of a row the
     schema accepts, checked directly for the common case; None for anything else, which
     goes through jsonschema, which finds and words the problem. A fast path only: it never
     accepts a row the schema rejects. The texts are read once, in C, for the check and the

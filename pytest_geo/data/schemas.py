@@ -1,7 +1,7 @@
 """The JSON Schemas shipped in `pytest_geo/schemas/`, and naming where a document broke one.
 
 jsonschema is imported on first use: the plugin loads in every pytest run, GEO or not,
-and the import costs about 50 ms."""
+and the import is slow."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
 from pytest_geo.engine.answer_schemas import ranking_schema, rewrite_schema
 from pytest_geo.engine.answers import (
-    AnswerError,
     UnusableAnswer,
     check_answer,
     kept_answer,
@@ -26,6 +25,7 @@ from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
+from pytest_geo.llm.answer_json import AnswerError
 from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
 from pytest_geo.scoring import Score
@@ -129,6 +129,7 @@ def _used_placeholders(*templates: str) -> frozenset[str]:
     return frozenset().union(*(placeholders(t) for t in templates))
 
 
+# Kept (issue 36): with `indent`, json.dumps runs its pure-Python encoder on every ranker prompt.
 def _json_line(c: Candidate) -> str:
     return (f'{{"id": {encode_basestring(c.id)}, "title": {encode_basestring(c.title)}, '
             f'"description": {encode_basestring(c.description)}}}')

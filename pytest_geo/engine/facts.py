@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
@@ -144,7 +144,7 @@ _KIND = {name: name.split("_")[0] for name in PATTERN.groupindex}
 # Every match but a bare number holds one of these within its span, and no match is
 # longer than MAX_MATCH (three 44-character numbers, two separators and a unit), so more
 # than MAX_MATCH characters from any of them the bare-number alternative alone finds what
-# PATTERN finds, several times faster on number-dense text.
+# PATTERN finds, and much faster on number-dense text.
 _RICH = r"[^\W\d_]|[$€£¥%\"°℃℉]"
 MAX_MATCH = 160
 LONGEST_NUMBER = 45  # _NUM's longest match and the character its lookahead reads
@@ -209,42 +209,73 @@ def _split_unit(text: str) -> tuple[list[str], str]:
 
 def _facts_of(kind: str, written: str) -> list[Fact]:
     """The facts of one match of PATTERN (`kind` is the group that matched)."""
-    # numbers, model numbers and words hold no whitespace
-    if kind == "number":
-        if written.isdigit():  # the most common number, read without a pattern
-            return [Fact("number", Decimal(written), "", written)]
-        if _COMMA_LIST.fullmatch(written):  # "1,2" with no unit: a list, not a decimal
-            return [Fact("number", _number(part), "", part) for part in written.split(",")]
-        return [Fact("number", _number(written), "", written)]
-    if kind == "model":
-        unit = written.replace("-", "").upper()
-        if len(unit) > MAX_MODEL_PARTS and len(_model_parts(unit)) > MAX_MODEL_PARTS:  # a hash, serial or slug
-            return []
-        return [Fact("model", None, unit, written)]
-    if kind == "ordinal":
-        return [Fact("number", Decimal(_DIGITS.findall(written)[0]), "", written)]
-    if kind == "word":  # `re` matches case-insensitively beyond ASCII: `sİx` is no number word
-        value = NUMBER_WORDS.get(written.lower())
-        return [] if value is None else [Fact("number", Decimal(value), "", written)]
-    if kind == "claim":
-        return [Fact("claim", None, written.lower().replace("-", " "), written)]
-    if kind == "mark":
-        if written.isupper() or written in CLAIM_MARKS:  # "CE", not the word "ce"
-            return [Fact("claim", None, written.upper(), written)]
+    read = _READERS.get(kind)
+    return [] if read is None else read(written)
+
+
+# numbers, model numbers and words hold no whitespace; prices, quantities and standards may
+
+
+def _number_facts(written: str) -> list[Fact]:
+    if written.isdigit():  # the most common number, read without a pattern
+        return [Fact("number", Decimal(written), "", written)]
+    if _COMMA_LIST.fullmatch(written):  # "1,2" with no unit: a list, not a decimal
+        return [Fact("number", _number(part), "", part) for part in written.split(",")]
+    return [Fact("number", _number(written), "", written)]
+
+
+def _model_facts(written: str) -> list[Fact]:
+    unit = written.replace("-", "").upper()
+    if len(unit) > MAX_MODEL_PARTS and len(_model_parts(unit)) > MAX_MODEL_PARTS:  # a hash, serial or slug
         return []
-    text = " ".join(written.split())
-    if kind == "price":
-        (number,), rest = _NUM_RE.findall(text), _NUM_RE.sub(" ", text).strip().lower()
-        currency = CURRENCY_SIGNS.get(rest) or CURRENCY_WORDS.get(rest) or rest.upper()
-        return [Fact("price", _number(number), currency, text)]
-    if kind == "quantity":  # one number, or a series (`30 x 20 cm`)
-        numbers, raw_unit = _split_unit(text)
-        unit = _unit(raw_unit)
-        fact_kind = "percent" if unit == "%" else "quantity"
-        return [Fact(fact_kind, _number(n), unit, text) for n in numbers]
-    if kind == "standard":
-        return [Fact("standard", None, re.sub(r"[-\s]", "", text).upper(), text)]
+    return [Fact("model", None, unit, written)]
+
+
+def _ordinal_facts(written: str) -> list[Fact]:
+    return [Fact("number", Decimal(_DIGITS.findall(written)[0]), "", written)]
+
+
+def _word_facts(written: str) -> list[Fact]:
+    value = NUMBER_WORDS.get(written.lower())  # `re` matches case-insensitively beyond ASCII: `sİx` is no number word
+    return [] if value is None else [Fact("number", Decimal(value), "", written)]
+
+
+def _claim_facts(written: str) -> list[Fact]:
+    return [Fact("claim", None, written.lower().replace("-", " "), written)]
+
+
+def _mark_facts(written: str) -> list[Fact]:
+    if written.isupper() or written in CLAIM_MARKS:  # "CE", not the word "ce"
+        return [Fact("claim", None, written.upper(), written)]
     return []
+
+
+def _price_facts(written: str) -> list[Fact]:
+    text = " ".join(written.split())
+    (number,), rest = _NUM_RE.findall(text), _NUM_RE.sub(" ", text).strip().lower()
+    currency = CURRENCY_SIGNS.get(rest) or CURRENCY_WORDS.get(rest) or rest.upper()
+    return [Fact("price", _number(number), currency, text)]
+
+
+def _quantity_facts(written: str) -> list[Fact]:
+    """One number, or a series (`30 x 20 cm`)."""
+    text = " ".join(written.split())
+    numbers, raw_unit = _split_unit(text)
+    unit = _unit(raw_unit)
+    fact_kind = "percent" if unit == "%" else "quantity"
+    return [Fact(fact_kind, _number(n), unit, text) for n in numbers]
+
+
+def _standard_facts(written: str) -> list[Fact]:
+    text = " ".join(written.split())
+    return [Fact("standard", None, re.sub(r"[-\s]", "", text).upper(), text)]
+
+
+_READERS: dict[str, Callable[[str], list[Fact]]] = {
+    "number": _number_facts, "model": _model_facts, "ordinal": _ordinal_facts, "word": _word_facts,
+    "claim": _claim_facts, "mark": _mark_facts, "price": _price_facts, "quantity": _quantity_facts,
+    "standard": _standard_facts,
+}
 
 
 # The tokens (between whitespace) around each token with a digit or a currency sign, two

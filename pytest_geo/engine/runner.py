@@ -18,7 +18,6 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.limiter import Limiter
 
 T = TypeVar("T")
-TASK_MARGIN = 64  # rows given a task beyond twice the row limit (Runner._start_more)
 # Windowed rows started and not yet consumed: WINDOW_PER_SLOT x the row limit, at least
 # WINDOW_FLOOR (Runner.window).
 WINDOW_PER_SLOT = 4
@@ -56,7 +55,6 @@ class Runner:
         self._queued: collections.deque[Queued] = collections.deque()
         self._hastened: set[Future[Any]] = set()
         self._tasks: dict[Future[Any], asyncio.Task[None]] = {}  # started rows' tasks
-        self._started = 0
         self.closed = False
 
     def window(self) -> int:
@@ -119,18 +117,15 @@ class Runner:
         self._start_more()
 
     def _start_more(self) -> None:
-        """Give queued rows their tasks, in submission order, while fewer than twice the
-        row limit (plus a margin) are started and unfinished: a row's task, coroutine and
-        callbacks exist from shortly before a slot can take it, not from its submission
-        (a run submits every row at once). The margin keeps a raised limit fed at once.
-        Windowed rows also stop at the window."""
-        room = 2 * self.slots.limit + TASK_MARGIN - self._started
-        if room <= 0 or not self._queued:
+        """Give queued rows their tasks, in submission order; windowed rows stop at the
+        window, so a run that submits every row at once holds at most a window of tasks.
+        A task waits for its row slot (`_bounded`)."""
+        if not self._queued:
             return
         starting: list[Queued] = []
         with self._lock:  # the cancelled check and the window place taken together (see consumed)
             free = self.window() - len(self._unconsumed)
-            while room > 0 and self._queued:
+            while self._queued:
                 make, future, windowed = self._queued[0]
                 if future.cancelled() or future in self._hastened:
                     self._queued.popleft()
@@ -144,7 +139,6 @@ class Runner:
                     self._unconsumed.add(future)
                 self._queued.popleft()
                 starting.append((make, future, windowed))
-                room -= 1
             self.most_unconsumed = max(self.most_unconsumed, len(self._unconsumed))
         for make, future, _ in starting:
             self._start(make, future)
@@ -160,7 +154,6 @@ class Runner:
 
     def _start(self, make: Callable[[], Awaitable[Any]], future: Future[Any]) -> None:
         self._tasks[future] = self._loop.create_task(self._bounded(make, future))
-        self._started += 1
 
     async def _bounded(self, make: Callable[[], Awaitable[T]], future: Future[T]) -> None:
         """The row's task: its outcome is put on `future` here, at its end."""
@@ -181,8 +174,6 @@ class Runner:
             _settle(future, result)
         finally:
             del self._tasks[future]
-            self._started -= 1
-            self._start_more()
 
     def _row_done(self, future: Future[Any]) -> None:
         """A row's one done callback (on the thread that finished or cancelled it)."""
@@ -202,11 +193,8 @@ class Runner:
             task.add_done_callback(functools.partial(self._cancelled_task_done, future))
 
     def _cancelled_task_done(self, future: Future[Any], _: asyncio.Task[None]) -> None:
-        """A task cancelled before its first step never ran `_bounded`'s `finally`: its
-        bookkeeping is done here instead (only then is the row still in `_tasks`)."""
-        if self._tasks.pop(future, None) is not None:
-            self._started -= 1
-            self._start_more()
+        """A task cancelled before its first step never ran `_bounded`'s `finally`."""
+        self._tasks.pop(future, None)
 
     def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         """Run one coroutine on the loop and wait for it (outside the row bound)."""

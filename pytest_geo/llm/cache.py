@@ -1,10 +1,11 @@
 """An on-disk cache of model answers, as a wrapper around any client.
 
+Kept hand-written, append-only segments (issue 36): one `write` an answer, no file each.
 Hand-written rather than `diskcache`: diskcache pickles values, so a cache directory
 shared between CI jobs would become a code-execution vector. Entries are JSON lines
 appended to segment files, `<dir>/answers/<n>.jsonl`: creating a file per answer cost
 the kernel more CPU than everything else the cache does (README, "Client CPU per model
-call"), an append costs a few microseconds. Each process appends to a segment no other
+call"), where an append to an open file costs next to nothing. Each process appends to a segment no other
 process holds (an exclusive `flock` for its lifetime), each entry in one `write` of one
 whole line, so xdist workers and parallel runs never interleave, and a process killed
 mid-write leaves at most a torn last line: never indexed, or, once the next holder ends
@@ -402,7 +403,7 @@ def usable(request: ChatRequest, response: ChatResponse) -> bool:
     schema = request.response_schema
     if schema is None:
         return True
-    from pytest_geo.engine.answers import AnswerError, extract_json_object
+    from pytest_geo.llm.answer_json import AnswerError, extract_json_object
 
     required = [name for name in schema.get("required", ()) if isinstance(name, str)]
     try:

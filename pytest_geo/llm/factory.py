@@ -69,25 +69,25 @@ class ClientSetupError(Exception):
         return self.template.format(**flags)
 
 
-def sdk_client_class() -> type[OpenAIChatClient]:
+def sdk_client_class(freeze: bool = False) -> type[OpenAIChatClient]:
     """The SDK-backed client class, importing the `openai` SDK on first use.
 
-    That import is most of a run's start-up, and it leaves tens of thousands of objects
-    (the SDK's modules and pydantic models) that live as long as the process. So the
-    garbage there is now is collected first (finalizers run, and pytest reports what they
-    raise, as they would have), the cyclic GC is paused during the import (the collections
-    it would trigger walk a growing heap and free almost nothing), and everything alive
-    after it is frozen (`gc.freeze()`): the run's full collections, pytest's two at exit
-    and the interpreter's last ones no longer walk it. What is made afterwards (rows, the
-    tests' objects and their garbage) is collected as before.
+    That import is most of a run's start-up and builds tens of thousands of objects that
+    live as long as the process: the cyclic GC is paused while it runs, since the
+    collections it would trigger walk a growing heap and free almost nothing. With
+    `freeze` (egeo, whose process holds only its own objects) everything alive after it
+    is frozen (`gc.freeze()`), so later full collections and the interpreter's at exit
+    skip it; never under pytest, where what is alive then is the user's tests too.
     """
     if SDK_CLIENT_MODULE not in sys.modules:
-        gc.collect()
+        if freeze:
+            gc.collect()  # garbage now is collected, not frozen
         enabled = gc.isenabled()
         gc.disable()
         try:
             __import__(SDK_CLIENT_MODULE)
-            gc.freeze()
+            if freeze:
+                gc.freeze()
         finally:
             if enabled:
                 gc.enable()
@@ -132,7 +132,7 @@ def endpoint_client(settings: Settings, endpoint: Endpoint) -> ChatClient:
         if provider is None:
             raise ClientSetupError(literal(f"{describe(endpoint)}: provider {endpoint.provider!r} is not installed"))
         return provider.client(endpoint.base_url, api_key, settings)
-    return sdk_client_class()(
+    return sdk_client_class(freeze=settings.front_end == "egeo")(
         api_key=api_key or PLACEHOLDER_KEY,  # the SDK needs one; a server that takes none ignores it
         base_url=endpoint.base_url,
         timeout=settings.timeout,
@@ -158,7 +158,7 @@ def build_client(settings: Settings, endpoint: Endpoint | None = None) -> ChatCl
         raise ClientSetupError(CREDENTIALS_IN_URL)
     if base_url is not None and (bad := _control_character(base_url)) is not None:
         raise ClientSetupError(bad)
-    return sdk_client_class()(
+    return sdk_client_class(freeze=settings.front_end == "egeo")(
         api_key=api_key,
         base_url=base_url,
         timeout=settings.timeout,

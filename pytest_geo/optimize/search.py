@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
-from pytest_geo.engine.answers import AnswerError, extract_json_object
 from pytest_geo.engine.runner import Runner
+from pytest_geo.llm.answer_json import AnswerError, extract_json_object
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
 from pytest_geo.templates import PromptError, render
 

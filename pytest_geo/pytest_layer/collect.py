@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 from pytest_geo.data.dataset import (
     CollectedLine,
     DatasetError,
-    PackedRow,
     RowProblem,
     iter_packed,
     packed_line,
@@ -46,10 +44,8 @@ def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: 
         elif variants:
             # One item per variant, adjacent, so a row's variants run (and share rank_before)
             # together; each variant is its own suite `<suite>[<variant>]` for thresholds.
-            row = line.row()
             for variant in variants:
-                yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]",
-                                             row=PackedRow.of(replace(row, variant=variant)),
+                yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]", row=line._replace(variant=variant),
                                              suite=f"{suite}[{variant}]", split=split, threshold=threshold,
                                              row_threshold=row_threshold)
         else:

@@ -110,7 +110,7 @@ class GeoRowItem(GeoItem):
 
     def __init__(self, *, row: PackedRow, **kwargs: Any) -> None:
         self._row: GeoRow | None = None
-        self._packed = row.data
+        self._packed = row
         super().__init__(line=row.line, **kwargs)
 
     @property
@@ -118,7 +118,7 @@ class GeoRowItem(GeoItem):
         """The row, parsed back on first use and kept until the item has run (an item
         run again, by a rerun plugin, reads it back again)."""
         if self._row is None:
-            self._row = GeoRow.unpacked(self._packed)
+            self._row = self._packed.row()
         return self._row
 
     @property

@@ -30,7 +30,7 @@ from pytest_geo.data.record import RowRecord
 
 SUFFIX = ".transcripts.jsonl.gz"
 # Transcripts repeat the same prompts row after row: the fastest level already shrinks
-# them about 20x, and costs a fraction of the default level's CPU per row.
+# them well, at a fraction of the default level's CPU per row.
 COMPRESSION = 1
 # A repeat's results kept beside its calls in the file (the rest stays in the report).
 RUN_FIELDS = ("order", "rank_before", "rank_after", "rank_improvement", "error")
