@@ -16,8 +16,10 @@ from pathlib import Path
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -65,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
     add_egeo_options(optimize, OPTIMIZE)
+    merge = commands.add_parser(
+        "merge", help="merge JSON reports of shards (--geo-shard K/N) into one report, as one run over all "
+        "their rows; prints the metrics JSON")
+    merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT", help="JSON reports (--geo-report) to merge")
+    merge.add_argument("--report", required=True, metavar="PATH", help="write the merged JSON report to PATH")
+    merge.add_argument("--html", metavar="PATH", help="also write the merged HTML report to PATH")
     init = commands.add_parser(
         "init", help="write a starter project: prompts/, an example dataset and suite, and pytest.ini"
     )
@@ -86,6 +94,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "use_cache": cache_dir is not None and not args.no_cache,
         "variants": _variants(getattr(args, "variant", [])),
     }
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
@@ -124,14 +134,14 @@ class StderrOutput:
 
 
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
-    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    """The rows --limit, --sample and --shard keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
-    if settings.sample is None:  # no names needed beyond the limit: read only that far
+    if settings.sample is None and settings.shard is None:  # no names needed beyond the limit: read only that far
         lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
         return row_names(lines), lines
     lines = list(iter_dataset(path, settings.seed))
     names = row_names(lines)
-    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed, settings.shard)
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
@@ -162,6 +172,7 @@ def evaluate(args: argparse.Namespace) -> int:
         build_parser().error("--margin needs --sequential")
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
                  "built-in table only)")
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
         return _evaluate(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
@@ -329,6 +340,22 @@ def optimize_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
+def merge(args: argparse.Namespace) -> int:
+    from pytest_geo.report.merge import MergeError, merge_reports
+
+    try:
+        results = merge_reports(args.reports)
+    except MergeError as exc:
+        print(f"egeo: error: {exc}", file=sys.stderr)
+        return 2
+    for path in write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html")):
+        print(f"report written to {path}", file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
+    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    return 1 if results.write_errors else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from pytest_geo.optimize import OptimizeError
 
@@ -340,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)
+        if args.command == "merge":
+            return merge(args)
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2

@@ -115,7 +115,7 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
-    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
@@ -126,9 +126,11 @@ class Settings:
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
+    query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards of the rows (data/sampling.py)
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter

@@ -19,7 +19,8 @@ from fake_openai import FakeOpenAI, RateLimit
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
 from pytest_geo.cli import main
 from pytest_geo.data.dataset import GeoRow, iter_dataset
-from pytest_geo.engine.adaptive import (
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.adaptive import (
     CUT_ON_429,
     START,
     TRIM_ON_PRESSURE,
@@ -28,9 +29,8 @@ from pytest_geo.engine.adaptive import (
     refill_rate,
     retry_after,
 )
-from pytest_geo.engine.limiter import Limiter
-from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest
+from pytest_geo.llm.limiter import Limiter
 from pytest_geo.llm.stack import build_stack
 from pytest_geo.report.concurrency import merge_stats, stats_line
 from pytest_geo.settings import Settings, build_settings
@@ -356,7 +356,7 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
 
 @pytest.mark.unit
 def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.LogCaptureFixture) -> None:
-    """The `pytest_geo.engine.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
+    """The `pytest_geo.llm.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
     episode's first 429 with its verdict and what it left, a later one in the same
     pause with its number, and the limits as they move."""
     clock = FakeClock()
@@ -368,7 +368,7 @@ def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.L
         clock.now += 0.001
         _refused_with(controller, 8)
 
-    with caplog.at_level(logging.DEBUG, logger="pytest_geo.engine.adaptive"):
+    with caplog.at_level(logging.DEBUG, logger="pytest_geo.llm.adaptive"):
         asyncio.run(scenario())
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("429")] == [
         "429 at 100.000: episode 1, refusal 1, 9 requests in flight; a cap, pause 1.00s, ceiling 8, resume 4.0, "

@@ -115,3 +115,16 @@ def test_each_subpackage_says_what_it_owns() -> None:
     for init in PACKAGE.glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert docstring, f"{init} has no docstring"
+
+
+@pytest.mark.unit
+def test_the_model_layer_imports_nothing_from_the_engine() -> None:
+    """Imports point down: the engine is handed a ready client stack (llm/stack.py), so
+    nothing under llm/ imports the engine, at import time or later."""
+    upward = []
+    for path in sorted((PACKAGE / "llm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            upward += [f"{path.name}: {name}" for name in names if name.startswith("pytest_geo.engine")]
+    assert upward == []

@@ -12,14 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from conftest import SMOKE, copy_prompts
 from pytest_geo import cli
 from pytest_geo.data.dataset import GeoRow, RowProblem, read_dataset
 from pytest_geo.llm.base import ChatRequest
-from pytest_geo.llm.mock import MockClient, answer_json, ranker_order, rewrite, word_count
+from pytest_geo.llm.mock import MockClient, ranker_order, rewrite, word_count
 
 LAYOUT = Path(__file__).parent / "harness_layout"
 OPENING = "Best for buyers who want a clear, reliable choice."
@@ -97,12 +95,11 @@ def test_the_mock_rewrite_wraps_the_original() -> None:
 
 @pytest.mark.unit
 def test_the_mock_writes_its_answers_as_json_dumps_does() -> None:
-    ranking = {"ordered_ids": ['q"1', "caf\u00e9", "tab\tnew\nline", "\\", ""]}
-    assert answer_json(ranking) == '{"ordered_ids": ["q\\"1", "caf\u00e9", "tab\\tnew\\nline", "\\\\", ""]}'
-    assert answer_json(ranking) == json.dumps(ranking, ensure_ascii=False)
-    assert answer_json({"ordered_ids": []}) == '{"ordered_ids": []}'
-    assert answer_json({"new_prompt": "x\u2028", "rationale": "mock: y"}) == (
-        '{"new_prompt": "x\u2028", "rationale": "mock: y"}')
+    """Non-ASCII as it is, quotes, tabs, line breaks and backslashes escaped."""
+    ids = ['q"1', "caf\u00e9", "tab\tnew\nline", "\\", ""]
+    request = ChatRequest("ranker", "m", (), context={"candidates": [{"id": i, "description": "d"} for i in ids]})
+    answer = asyncio.run(MockClient().complete(request)).text
+    assert answer == '{"ordered_ids": ["", "tab\\tnew\\nline", "q\\"1", "caf\u00e9", "\\\\"]}'
 
 
 @pytest.mark.unit
@@ -122,19 +119,6 @@ def test_the_mock_counts_words_split_by_any_whitespace() -> None:
     assert word_count("Return ONLY JSON.") == 3
     assert word_count("  a  b\tc\x1fd\x0be\n") == 5  # \x1f and \x0b split words, as str.split() does
     assert word_count("caf\u00e9 \u2003x\u00a0y") == 3  # non-ASCII: an em space and a no-break space split too
-
-
-# Every ASCII whitespace, a few Unicode ones, and word characters of both kinds.
-WORD_PIECES = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\u2003", "\u00a0",
-               "a", "Best", "for", "{\"id\":", "x1,", "-", "\u00e9", "\x00", "\x7f"]
-
-
-@pytest.mark.unit
-@settings(max_examples=500)
-@given(text=st.lists(st.sampled_from(WORD_PIECES), max_size=40).map("".join) | st.text(max_size=60))
-def test_the_mock_counts_as_many_words_as_splitting_gives(text: str) -> None:
-    """Token numbers in reports must not change: the count is what splitting gave."""
-    assert word_count(text) == len(text.split())
 
 
 # --- the harness's output, row for row ------------------------------------------------------

@@ -22,10 +22,8 @@ from pytest_geo.data.dataset import (
     DuplicateKey,
     GeoRow,
     PackedRow,
-    _decoded_strings,
     _loads_row,
     _plain_texts,
-    _strings_in,
     _validator,
     iter_dataset,
     iter_packed,
@@ -290,17 +288,15 @@ def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
     assert (variant["variant"], variant["variant_of"], variant["threshold"]) == ("v", "s", None)
 
 
-PLAIN_LINES = [  # plainly valid rows the fast decoding keeps: no key repeats in them
+VALID_LINES = [
     '{"query": "q", "target_id": "a", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
     '{"id": "b", "title": "", "description": ""}]}',
     # spaces around colons, escaped quotes and other escapes, extra fields of every kind
     '{ "query" : "say \\"hi\\"\\n", "query_id":"r1", "n": 3, "candidates":[{"id":"a","title":"\\u00e9\\"",'
     '"description":"x:y", "url": "u", "price": 1.5},{"id":"b","title":"B","description":"","tags":null}]}',
-]
-REDECODED_LINES = [  # decoded again with the hook, with the same result
     '{"query": "q", "meta": {"a": "x"}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
     '{"id": "b", "title": "", "description": "c:\\\\dir"}]}',  # strings nested elsewhere; an escaped backslash
-    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not plainly valid
+    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not a valid row
 ]
 REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is spelled
     ('{"query": "q", "query": "r", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
@@ -317,12 +313,9 @@ REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("line", PLAIN_LINES + REDECODED_LINES)
+@pytest.mark.parametrize("line", VALID_LINES)
 def test_a_line_decodes_as_json_loads_does(line: str) -> None:
-    obj, flat = _loads_row(line)
-    assert obj == json.loads(line) and flat == _plain_texts(obj)
-    fast = flat is not None and _decoded_strings(obj, flat) == _strings_in(line)
-    assert fast == (line in PLAIN_LINES)  # the hook was not needed for a plain line, and was for the others
+    assert _loads_row(line) == json.loads(line)
 
 
 @pytest.mark.unit
@@ -333,20 +326,14 @@ def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
         _loads_row(line)
 
 
-@pytest.mark.unit
-def test_strings_are_counted_from_quotes_unless_a_backslash_is_escaped() -> None:
-    assert _strings_in('{"a": "b", "c": 1}') == 3
-    assert _strings_in('{"a": "say \\"hi\\"", "t": "\\n"}') == 4
-    assert _strings_in('{"a": "c:\\\\"}') is None
-
-
 _texts = st.text(st.sampled_from('ab "\\/:{},\n\u00e9'), max_size=6)
 
 
 @st.composite
-def _row_lines(draw: st.DrawFn) -> str:
+def _row_lines(draw: st.DrawFn) -> tuple[str, str | None]:
     """A row's JSON line, spelled by hand so a key can appear twice: candidates with extra
-    fields, texts full of quotes and backslashes, and maybe one key repeated anywhere."""
+    fields, texts full of quotes and backslashes, and maybe one key repeated anywhere
+    (returned beside the line)."""
     candidates = [[("id", draw(st.sampled_from(["a", "b", "c", "d"]))), ("title", draw(_texts)),
                    ("description", draw(_texts))] for _ in range(draw(st.integers(2, 3)))]
     for fields in candidates:
@@ -356,9 +343,11 @@ def _row_lines(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         top.append(("meta", [("k", draw(_texts))]))
     objects = [top, *candidates, *([top[-1][1]] if top[-1][0] == "meta" else [])]
+    repeated = None
     if draw(st.booleans()):  # repeat one key of one object
         where = draw(st.sampled_from(objects))
         where.append(draw(st.sampled_from(where)))
+        repeated = where[-1][0]
 
     def spell(value: object) -> str:
         if isinstance(value, list):
@@ -367,23 +356,18 @@ def _row_lines(draw: st.DrawFn) -> str:
             return "[" + ", ".join(spell(v) for v in value) + "]"
         return json.dumps(value, ensure_ascii=draw(st.booleans()))
 
-    return spell(top)
+    return spell(top), repeated
 
 
 @pytest.mark.unit
 @settings(max_examples=400, deadline=None)
 @given(_row_lines())
-def test_a_line_decodes_as_the_checking_decoder_does(line: str) -> None:
-    """The fast decoding (no hook, kept when the strings add up) gives what decoding with
-    the duplicate-key hook gives: the same object, or the same repeated key."""
-    from pytest_geo.data.dataset import _ROW_DECODER
-
-    try:
-        expected: object = _ROW_DECODER.decode(line)
-    except DuplicateKey as exc:
-        expected = exc.args
-    try:
-        got: object = _loads_row(line)[0]
-    except DuplicateKey as exc:
-        got = exc.args
-    assert got == expected
+def test_a_line_decodes_as_json_loads_does_unless_a_key_repeats(spelled: tuple[str, str | None]) -> None:
+    """The same object json.loads gives, or DuplicateKey naming the key given twice."""
+    line, repeated = spelled
+    if repeated is None:
+        assert _loads_row(line) == json.loads(line)
+    else:
+        with pytest.raises(DuplicateKey) as info:
+            _loads_row(line)
+        assert info.value.args == (repeated,)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
 from pytest_geo.options import variant
 from pytest_geo.price import Price
@@ -55,11 +56,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["prompts_dir"] = prompts_dir(config)
     given["prices"] = _prices(config)
     given["variants"] = variant_paths(config)
+    given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)
     except SettingError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _names_egeo_data(config: pytest.Config) -> bool:
+    """Whether the run names an E-GEO data file, whose rules make it query-blind."""
+    named = [*config.getoption("geo_dataset"), *map(str, config.getini("geo_datasets")), *config.args]
+    return any(is_egeo_data(name.split("::")[0]) for name in named)
 
 
 def _prices(config: pytest.Config) -> dict[str, Price]:
