@@ -80,7 +80,7 @@ def project(geo_project: pytest.Pytester) -> pytest.Pytester:
 
 
 def run(project: pytest.Pytester, workers: str, name: str) -> pytest.RunResult:
-    return project.runpytest(
+    return project.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", workers, "data/smoke.jsonl", "test_answer.py", "--geo-mock",
         "--geo-report", f"{name}.json", "--junitxml", f"{name}.xml",
     )
@@ -193,8 +193,8 @@ def test_colliding_names_keep_each_row_its_own_data_with_and_without_workers(pyt
     source = [json.loads(line) for line in (pytester.path / "rows.jsonl").read_text().splitlines()]
     reports = []
     for workers in ("0", "2"):
-        result = pytester.runpytest("-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-mock",
-                                    "--geo-report", f"r{workers}.json")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-mock",
+                                               "--geo-report", f"r{workers}.json")
         result.assert_outcomes(passed=len(source))
         reports.append(json.loads((pytester.path / f"r{workers}.json").read_text()))
     assert without_timings(reports[0]) == without_timings(reports[1])
