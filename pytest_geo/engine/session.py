@@ -16,6 +16,8 @@ from pytest_geo.engine.experiment import (
     run_repeats,
     run_variant,
 )
+from pytest_geo.engine.judges import load as load_judges
+from pytest_geo.engine.panel import run_panel, shared_before
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.query_blind import run_prompts
@@ -45,8 +47,6 @@ class GeoSession:
         self.settings = settings
         self.stack = stack or build_stack(settings)
         self.concurrency = self.stack.concurrency
-        self.breaker = self.stack.breaker
-        self.usage = self.stack.usage
         self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
         self.rows = RowTracker()  # rows started, finished, errored and not run, for the progress line
@@ -63,7 +63,8 @@ class GeoSession:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
-                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end])
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges),
+                         reasoning_effort=settings.reasoning_effort)
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:
@@ -119,15 +120,34 @@ class GeoSession:
                 self.rows.finished(errored=outcome.error is not None)
 
     def _experiment(self, row: GeoRow) -> Awaitable[Outcome]:
+        if self.engine.judges:
+            return self._panel(row)
         if row.variant is not None:
             prompts = self.variant_prompts[row.variant]
+            model = self.settings.variant_models.get(row.variant)  # None: the run's rewriter
             if self.settings.repeats > 1:
                 return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed,
-                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i))
-            return run_variant(self.engine, row, prompts, self.shared_ranks)
+                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i,
+                                                                  model))
+            return run_variant(self.engine, row, prompts, self.shared_ranks, rewriter_model=model)
         if self.settings.repeats > 1:
             return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
         return self.engine.run(row)
+
+    def _panel(self, row: GeoRow) -> Awaitable[Outcome]:
+        """The row judged by every --geo-judge (engine/panel.py); each judge's rank_before
+        shared by the row's variants."""
+        engine, shared = self.engine, self.shared_ranks
+        prompts = self.variant_prompts[row.variant] if row.variant is not None else None
+        model = self.settings.variant_models.get(row.variant) if row.variant is not None else None
+
+        def one(ordered: GeoRow, repeat: int) -> Awaitable[GeoOutcome]:
+            before = shared_before(engine, ordered, shared, repeat) if row.variant is not None else None
+            return run_panel(engine, ordered, prompts, before, model)
+
+        if self.settings.repeats > 1:
+            return run_repeats(engine, row, self.settings.repeats, self.settings.seed, one)
+        return one(row, 0)
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
@@ -150,16 +170,20 @@ class GeoSession:
 
     def progress(self, selected: int) -> Snapshot:
         """Where the run is, read from the main thread while rows run."""
-        return snapshot(self.rows.counts, self.usage.usage, selected, priced=bool(self.usage.prices))
+        return snapshot(self.rows.counts, self.stack.usage_table(), selected, priced=self.stack.priced)
 
     def usage_table(self) -> UsageTable:
-        """Model usage per role. Read it after `close`."""
-        return self.usage.usage
+        """Model usage per role, over every endpoint. Read it after `close`."""
+        return self.stack.usage_table()
+
+    def usage_by_endpoint(self) -> dict[str, UsageTable]:
+        """Model usage per role of each endpoint called (`default`: the default server)."""
+        return self.stack.usage_by_endpoint()
 
     @property
     def stopped(self) -> str | None:
-        """Why the model server is no longer called (fail fast, circuit breaker), or None."""
-        return self.breaker.tripped
+        """Why a model server is no longer called (fail fast, circuit breaker), or None."""
+        return self.stack.stopped
 
     def row_limit(self) -> int:
         """Rows allowed in flight now (moves under --geo-concurrency auto)."""
@@ -167,7 +191,7 @@ class GeoSession:
 
     def request_changes(self) -> list[dict[str, object]]:
         """What the server refused and how requests changed (llm/healing.py), as plain data."""
-        return self.stack.healing.lessons_json()
+        return self.stack.request_changes()
 
     def concurrency_stats(self) -> ConcurrencyStats:
         """The concurrency reached and the 429s seen. Read it after `close`."""

@@ -59,6 +59,9 @@ class ChatResponse:
     batch: bool = False  # answered through the Batch API (billed at batch prices)
     finish_reason: str | None = None  # "length": the output-token cap cut the answer
     cache_rejected: bool = False  # a live answer that replaced a rejected cache entry (llm/cache.py)
+    # False: the server's usage was missing or not believable (the tokens above read 0): the
+    # call is charged its reservation (llm/budget.py) and its cost is unknown (llm/usage.py).
+    usage_reported: bool = True
 
 
 class ModelError(Exception):
