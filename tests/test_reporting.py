@@ -374,3 +374,13 @@ def test_no_html_without_rows(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_plain="def test_ok():\n    pass\n")
     geo_project.runpytest("test_plain.py", "--geo-html", "r.html").assert_outcomes(passed=1)
     assert not (geo_project.path / "r.html").exists()
+
+
+def test_report_lines_come_together_after_the_metrics(geo_project: pytest.Pytester) -> None:
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "r.json",
+                                   "--geo-html", "r.html")
+    lines = result.stdout.lines
+    metrics = next(i for i, line in enumerate(lines) if line.startswith("data/smoke.jsonl: n=8"))
+    written = lines.index("report written to r.json")
+    assert lines[written + 1] == "HTML report written to r.html"
+    assert metrics < written < lines.index("Evals:")

@@ -158,8 +158,8 @@ def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_proje
     geo_project.makeconftest(PROPERTIES_CONFTEST)
     seen = {}
     for junit in ([], ["--junitxml", "j.xml"]):
-        result = geo_project.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "data/smoke.jsonl",
-                                                  "--geo-mock", *junit)
+        result = geo_project.runpytest("-p", "no:cacheprovider", "-n", workers, "data/smoke.jsonl", "--geo-mock",
+                                       *junit)
         result.assert_outcomes(passed=8)
         seen[bool(junit)] = json.loads((geo_project.path / "properties.json").read_text())
     assert seen[False]["data/smoke.jsonl::q2"] == []

@@ -1,6 +1,5 @@
-"""Small things users expect: where the report lines print, suite markers in
-`pytest --markers`, `egeo --version`, the header for positional datasets, and no dummy
-key for a local server."""
+"""The API key: a local server (a private host) needs none and gets a placeholder, a
+public host still needs one, and a key that is set is used."""
 
 from __future__ import annotations
 
@@ -8,26 +7,7 @@ import pytest
 
 from conftest import DUMMY_KEY, GeoProject
 from pytest_geo.local_server import PLACEHOLDER_KEY, placeholder_key_host
-from pytest_geo.settings import DEFAULT_SEED, Settings
-
-
-@pytest.mark.plugin
-def test_report_lines_come_together_after_the_metrics(geo_project: pytest.Pytester) -> None:
-    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "r.json",
-                                   "--geo-html", "r.html")
-    lines = result.stdout.lines
-    metrics = next(i for i, line in enumerate(lines) if line.startswith("data/smoke.jsonl: n=8"))
-    written = lines.index("report written to r.json")
-    assert lines[written + 1] == "HTML report written to r.html"
-    assert metrics < written < lines.index("Evals:")
-
-
-@pytest.mark.plugin
-def test_the_header_shows_for_a_dataset_on_the_command_line(geo_project: pytest.Pytester) -> None:
-    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--collect-only")
-    result.stdout.fnmatch_lines([f"geo: model mock, prompts *, seed {DEFAULT_SEED}"])
-    plain = geo_project.runpytest("--geo-mock", "--collect-only", "-p", "no:xdist")
-    plain.stdout.no_fnmatch_line("geo: *")  # no dataset, no header
+from pytest_geo.settings import Settings
 
 
 @pytest.mark.plugin
