@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,35 @@ def test_a_budget_keeps_the_output_cap_off_a_server_that_refuses_it(served_proje
     # Refused for the calls sent before the first refusal came back (a row's two), then never sent again.
     assert 1 <= len(server.refused) <= 2 and set(server.refused) == {("gpt-4o-mini", "max_tokens")}
     assert sum("max_tokens" in r["body"] for r in server.requests) == len(server.refused)
+
+
+# Bodies that never end, or end too big ----------------------------------------------------
+
+def test_the_timeout_bounds_a_calls_whole_answer_against_a_trickling_server(fake_openai: FakeOpenAI) -> None:
+    fake_openai.always = "trickle"  # a byte every half second: no socket read ever times out
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        ask(fake_openai, timeout=1.0, max_retries=1)  # the SDK retries a timed-out attempt once
+    assert time.monotonic() - started < 8  # without the bound: until the server gives up, 15 s an attempt
+    assert str(info.value) == "ranker model call failed: timed out after 1s after 1 retry"
+    assert info.value.transport and len(fake_openai.requests) == 2  # the breaker counts it
+
+
+@pytest.mark.parametrize("fault", ["endless", "gzip_bomb"])
+def test_an_answer_over_the_cap_is_read_no_further(fake_openai: FakeOpenAI, fault: str) -> None:
+    """64 MiB sent (an endless chunked body, cut there) or inflated (a 64 KiB gzip body)."""
+    fake_openai.always = fault
+    with pytest.raises(ModelError) as info:
+        ask(fake_openai, max_retries=2)
+    once = " once decompressed" if fault == "gzip_bomb" else ""
+    assert str(info.value) == f"ranker model call failed: the answer was too large (more than 8,388,608 bytes{once})"
+    assert len(fake_openai.requests) == 1  # not asked again
+
+
+def test_headers_trickled_past_twice_the_timeout_end_the_call(fake_openai: FakeOpenAI) -> None:
+    fake_openai.always = "trickle_headers"
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        ask(fake_openai, timeout=1.0)
+    assert time.monotonic() - started < 6
+    assert str(info.value) == "ranker model call failed: timed out after 2s (the answer's headers had not arrived)"

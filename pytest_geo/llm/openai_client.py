@@ -17,7 +17,7 @@ from typing import Any
 
 import openai
 
-from pytest_geo.llm import redaction
+from pytest_geo.llm import bounded_body, redaction
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused, is_token_count
 from pytest_geo.llm.profiles import Refusal, sent_json
 from pytest_geo.settings import DEFAULT_BASE_URL
@@ -116,13 +116,17 @@ class OpenAIChatClient:
         wait = self._gate() if self._gate is not None else None
         if wait is not None:
             await wait
+        bounded_body.attempt_started()
 
     async def _on_response(self, response: Any) -> None:
+        bounded_body.bound_body(response)
         if self._observer is None:
             return
         wait = self._observer(response.status_code, response.headers)
         if wait is not None:
+            bounded_body.paused()
             await wait
+            bounded_body.attempt_started()
             # The observer waited out the server's Retry-After (for every request, not only
             # this one): the SDK, which reads retry-after-ms first, need not sleep it again.
             response.headers["retry-after-ms"] = RETRY_NOW_MS
@@ -131,7 +135,15 @@ class OpenAIChatClient:
         attempts: list[int] = []
         token = _attempts.set(attempts)
         try:
-            completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
+            async with bounded_body.bounded_call(self.timeout):
+                completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
+        except TimeoutError:  # headers trickled past the backstop (llm/bounded_body.py)
+            retries = _retries(attempts)
+            raise ModelError(f"{request.role} model call failed: timed out after {2 * self.timeout:g}s (the answer's "
+                             f"headers had not arrived){_after(retries)}", retries=retries, transport=True) from None
+        except bounded_body.AnswerTooLarge as exc:
+            raise ModelError(f"{request.role} model call failed: the answer was too large ({exc})",
+                             retries=_retries(attempts)) from None
         except openai.APIError as exc:
             retries = _retries(attempts)
             failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
