@@ -78,7 +78,7 @@ FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", 
 # chunked body that never ends; "gzip_bomb", a small gzip body that inflates to GZIP_BOMB_BYTES.
 GZIP_BOMB_BYTES = 64 << 20
 ENDLESS_BYTES = 64 << 20  # an "endless" body ends here, cut (a client without a bound buffers it all)
-TRICKLE_SECONDS = 15.0  # a trickled body is cut after this long
+TRICKLE_SECONDS = 20.0  # a trickled body is cut after this long
 HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)

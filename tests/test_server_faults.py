@@ -15,6 +15,7 @@ from fake_openai import MISSING, FakeOpenAI
 from conftest import PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ModelError
+from pytest_geo.llm.batch import BatchClient, PollPolicy
 from pytest_geo.llm.openai_client import OpenAIChatClient
 
 KEY = "sk-test-dummy-0000"
@@ -207,7 +208,7 @@ def test_the_timeout_bounds_a_calls_whole_answer_against_a_trickling_server(fake
     started = time.monotonic()
     with pytest.raises(ModelError) as info:
         ask(fake_openai, timeout=1.0, max_retries=1)  # the SDK retries a timed-out attempt once
-    assert time.monotonic() - started < 8  # without the bound: until the server gives up, 15 s an attempt
+    assert time.monotonic() - started < 8  # without the bound: until the server gives up, 20 s an attempt
     assert str(info.value) == "ranker model call failed: timed out after 1s after 1 retry"
     assert info.value.transport and len(fake_openai.requests) == 2  # the breaker counts it
 
@@ -223,10 +224,50 @@ def test_an_answer_over_the_cap_is_read_no_further(fake_openai: FakeOpenAI, faul
     assert len(fake_openai.requests) == 1  # not asked again
 
 
-def test_headers_trickled_past_twice_the_timeout_end_the_call(fake_openai: FakeOpenAI) -> None:
+def test_headers_trickled_past_the_backstop_end_the_call(fake_openai: FakeOpenAI) -> None:
+    """The backstop: two timeouts (headers, then body) and 10 s; the server trickles for 15 s."""
     fake_openai.always = "trickle_headers"
     started = time.monotonic()
     with pytest.raises(ModelError) as info:
         ask(fake_openai, timeout=1.0)
-    assert time.monotonic() - started < 6
-    assert str(info.value) == "ranker model call failed: timed out after 2s (the answer's headers had not arrived)"
+    assert time.monotonic() - started < 14
+    assert str(info.value) == "ranker model call failed: timed out after 12s (the answer's headers had not arrived)"
+
+
+# The Batch API's ids and waits ------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", ["absolute", "relative"])
+def test_a_batch_id_from_the_server_never_becomes_a_path(served_project: GeoProject, shape: str) -> None:
+    victim = served_project.pytester.path / "victim.json"
+    victim.write_text('{"mine": true}', encoding="utf-8")
+    # The state file would be <cache>/batches/<id>.json: both ids name the victim instead.
+    batch_id = str(victim.with_suffix("")) if shape == "absolute" else "../../victim"
+    served_project.server.batches.id_for = lambda n: batch_id
+    result = served_project.run(str(served_project.dataset(2)), "--geo-batch", "--geo-cache-dir", "cache")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([f"*model call failed: batch request failed: the server's batch id '{batch_id[:12]}*"
+                                 " is not an id (letters, digits, '_', '-', '.', ':')"])
+    assert victim.read_text(encoding="utf-8") == '{"mine": true}'
+    assert not list((served_project.pytester.path / "cache").rglob("*.json"))
+
+
+def test_batch_polling_gives_up_after_its_bound_naming_the_batch(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    fake_openai.batches.delay = 3600.0  # in_progress for as long as the test lasts
+    lines: list[str] = []
+
+    async def go() -> object:
+        client = BatchClient(OpenAIChatClient(KEY, fake_openai.url), tmp_path, window=0.05,
+                             poll=PollPolicy(first=0.05, longest=0.2, most=0.6), status=lines.append)
+        try:
+            return await client.complete(RANKER)
+        finally:
+            await client.aclose()
+
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        asyncio.run(go())
+    assert time.monotonic() - started < 5
+    batch_id = fake_openai.batches.created[0]
+    assert str(info.value) == (f"ranker model call failed: batch request failed: batch {batch_id} still in_progress "
+                               "after 0.6s of waiting, the most a batch is waited for; a rerun resumes waiting for it")
+    assert [p.stem for p in (tmp_path / "batches").glob("*.json")] == [batch_id]  # kept: a rerun resumes it

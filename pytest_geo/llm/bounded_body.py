@@ -2,13 +2,13 @@
 
 The SDK's timeout bounds each socket operation, so a server sending a byte a second held a
 call forever; and it buffers a body whole before parsing it, so an endless chunked body or
-a gzip bomb filled memory. Here each attempt of a call (`bounded_call`; `attempt_started`,
-from the request hook) must have its whole body within the timeout of its request: a body
-still arriving then fails the attempt as a read timeout, which the SDK retries as it
-retries its own. Headers still arriving at twice the timeout (trickled a byte at a time)
-end the call. Every response's body (`bound_body`, from the response hook) is read through
-a stream that decompresses gzip and deflate itself, counting bytes before and after
-decompression, and stops at `cap`.
+a gzip bomb filled memory. Here every response's body (`bound_body`, from the response
+hook) is read through a stream that must have it whole within the timeout of its headers
+(else the attempt fails as a read timeout, which the SDK retries as it retries its own),
+that decompresses gzip and deflate itself, counting bytes before and after decompression,
+and that stops at `cap`. Each attempt (`attempt_started`, from the request hook) also has
+a backstop, `backstop(seconds)` after its request, for headers trickled a byte at a time:
+it ends the call (`bounded_call` raises TimeoutError).
 
 Waits of our own (a rate limit's pause between the headers and the body, the SDK's backoff
 between attempts, once the body is read) are not under the deadline.
@@ -29,6 +29,15 @@ import httpx2
 # An answer is at most MAX_ANSWER_CHARS (llm/base.py) characters, each at most six bytes as a
 # JSON escape, with the completion's other fields around it.
 MAX_BODY_BYTES = 8 << 20
+BACKSTOP_SLACK = 10.0  # seconds beyond two timeouts (headers, then body) before the backstop ends a call
+
+
+def backstop(seconds: float) -> float:
+    """How long after its request an attempt may go on: its headers (the SDK's read timeout
+    of `seconds`, after waiting for a connection) and its body (`seconds`), with slack."""
+    return 2 * seconds + BACKSTOP_SLACK
+
+
 # zlib's window bits per content coding: gzip's header, or zlib's (deflate as HTTP means it).
 WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
@@ -44,7 +53,6 @@ class _Bounds:
     deadline: asyncio.Timeout  # the backstop: ends the call
     seconds: float
     cap: int
-    due: float = 0.0  # loop time by which the attempt's body must have arrived whole
 
 
 _current: contextvars.ContextVar[_Bounds | None] = contextvars.ContextVar("geo_call_bounds", default=None)
@@ -52,8 +60,8 @@ _current: contextvars.ContextVar[_Bounds | None] = contextvars.ContextVar("geo_c
 
 @contextlib.asynccontextmanager
 async def bounded_call(seconds: float, cap: int = MAX_BODY_BYTES) -> AsyncIterator[None]:
-    """Run the call inside under the bounds; raises TimeoutError when an attempt's headers
-    have not arrived within twice `seconds` of its request, AnswerTooLarge over `cap` bytes."""
+    """Run the call inside under the bounds; raises TimeoutError when an attempt goes on
+    past its backstop, AnswerTooLarge when a body is over `cap` bytes."""
     async with asyncio.timeout(None) as deadline:
         token = _current.set(_Bounds(deadline, seconds, cap))
         try:
@@ -63,11 +71,10 @@ async def bounded_call(seconds: float, cap: int = MAX_BODY_BYTES) -> AsyncIterat
 
 
 def attempt_started() -> None:
-    """A request of the call is about to be sent: its answer is due within the bound."""
+    """A request of the call is about to be sent: the backstop starts."""
     bounds = _current.get()
     if bounds is not None:
-        bounds.due = asyncio.get_running_loop().time() + bounds.seconds
-        bounds.deadline.reschedule(bounds.due + bounds.seconds)
+        bounds.deadline.reschedule(asyncio.get_running_loop().time() + backstop(bounds.seconds))
 
 
 def paused() -> None:
@@ -78,8 +85,8 @@ def paused() -> None:
 
 
 def bound_body(response: Any) -> None:
-    """Read `response`'s body (an httpx2 response, before it is read) within the call's
-    bounds; a body of another call (the Batch API's files) is left as it is."""
+    """Read `response`'s body (an httpx2 response whose headers just came) within the
+    call's bounds; a body of another call (the Batch API's files) is left as it is."""
     bounds = _current.get()
     if bounds is None or not isinstance(response.stream, httpx2.AsyncByteStream):
         return
@@ -89,14 +96,16 @@ def bound_body(response: Any) -> None:
         response.headers.pop("content-encoding", None)
     else:
         names = []
-    response.stream = _BoundedStream(response.stream, names, bounds)
+    due = asyncio.get_running_loop().time() + bounds.seconds
+    response.stream = _BoundedStream(response.stream, names, bounds, due)
 
 
 class _BoundedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, codings: list[str], bounds: _Bounds) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, codings: list[str], bounds: _Bounds, due: float) -> None:
         self.inner = inner
         self.codings = codings
         self.bounds = bounds
+        self.due = due  # loop time by which the body must have arrived whole
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         cap = self.bounds.cap
@@ -105,12 +114,12 @@ class _BoundedStream(httpx2.AsyncByteStream):
         chunks = self.inner.__aiter__()
         while True:
             try:
-                async with asyncio.timeout_at(self.bounds.due):
+                async with asyncio.timeout_at(self.due):
                     chunk = await anext(chunks)
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                raise httpx2.ReadTimeout(f"the whole answer had not arrived within {self.bounds.seconds:g}s") from None
+                raise httpx2.ReadTimeout(f"the whole body had not arrived within {self.bounds.seconds:g}s") from None
             read += len(chunk)
             if read > cap:
                 raise AnswerTooLarge(f"more than {cap:,} bytes")

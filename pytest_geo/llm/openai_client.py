@@ -119,10 +119,7 @@ class OpenAIChatClient:
         bounded_body.attempt_started()
 
     async def _on_response(self, response: Any) -> None:
-        bounded_body.bound_body(response)
-        if self._observer is None:
-            return
-        wait = self._observer(response.status_code, response.headers)
+        wait = self._observer(response.status_code, response.headers) if self._observer is not None else None
         if wait is not None:
             bounded_body.paused()
             await wait
@@ -130,6 +127,7 @@ class OpenAIChatClient:
             # The observer waited out the server's Retry-After (for every request, not only
             # this one): the SDK, which reads retry-after-ms first, need not sleep it again.
             response.headers["retry-after-ms"] = RETRY_NOW_MS
+        bounded_body.bound_body(response)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         attempts: list[int] = []
@@ -138,9 +136,9 @@ class OpenAIChatClient:
             async with bounded_body.bounded_call(self.timeout):
                 completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
         except TimeoutError:  # headers trickled past the backstop (llm/bounded_body.py)
-            retries = _retries(attempts)
-            raise ModelError(f"{request.role} model call failed: timed out after {2 * self.timeout:g}s (the answer's "
-                             f"headers had not arrived){_after(retries)}", retries=retries, transport=True) from None
+            retries, after = _retries(attempts), bounded_body.backstop(self.timeout)
+            raise ModelError(f"{request.role} model call failed: timed out after {after:g}s (the answer's headers "
+                             f"had not arrived){_after(retries)}", retries=retries, transport=True) from None
         except bounded_body.AnswerTooLarge as exc:
             raise ModelError(f"{request.role} model call failed: the answer was too large ({exc})",
                              retries=_retries(attempts)) from None
