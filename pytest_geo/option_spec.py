@@ -245,7 +245,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(None, "glob patterns of YAML suite files", ini="geo_suite_files", ini_type="args",
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
-           "output_per_million' a line", ini="geo_prices", ini_type="linelist"),
+           "output_per_million[, cached_input_per_million]' a line", ini="geo_prices", ini_type="linelist"),
     # egeo only
     Option(None, "print one JSON line per row before the metrics", action="store_true", default=False,
            egeo="--verbose"),

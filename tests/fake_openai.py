@@ -183,6 +183,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.refused: list[tuple[str, str]] = []  # (model, param) of each contract refusal
         # The usage of every chat completion the server answered (not batches), added up.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.billed_cached = 0  # of billed prompt tokens, those reported as cached (cached_share)
         # While set, requests are served one at a time (a local CPU model's server): each
         # waits for the ones before it, so latency grows with the queue.
         self.serial = False
@@ -195,6 +196,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.usage_as: Any = HONEST
         self.extra_headers: dict[str, str] = {}
         self.trickle_seconds = 0.5
+        # This share of each answer's prompt tokens reported as served by a prompt cache
+        # (`usage.prompt_tokens_details.cached_tokens`, as OpenAI reports it).
+        self.cached_share = 0.0
 
     @property
     def url(self) -> str:
@@ -222,10 +226,12 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.fault_for = None
             self.refused.clear()
             self.billed = dict.fromkeys(self.billed, 0)
+            self.billed_cached = 0
             self.serial = False
             self.refuse_response_format = False
             self.refuse_params = set()
             self.usage_as = HONEST
+            self.cached_share = 0.0
             self.extra_headers = {}
 
     def batch_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -647,6 +653,11 @@ class _Handler(BaseHTTPRequestHandler):
             with server.lock:
                 for name in server.billed:
                     server.billed[name] += answer["usage"][name]
+            if server.cached_share:
+                cached = int(answer["usage"]["prompt_tokens"] * server.cached_share)
+                answer["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+                with server.lock:
+                    server.billed_cached += cached
             if server.usage_as is MISSING:
                 del answer["usage"]
             elif server.usage_as is not HONEST:

@@ -271,3 +271,37 @@ def test_batch_polling_gives_up_after_its_bound_naming_the_batch(tmp_path: Path,
     assert str(info.value) == (f"ranker model call failed: batch request failed: batch {batch_id} still in_progress "
                                "after 0.6s of waiting, the most a batch is waited for; a rerun resumes waiting for it")
     assert [p.stem for p in (tmp_path / "batches").glob("*.json")] == [batch_id]  # kept: a rerun resumes it
+
+
+# Prompt caching (issue 39) ----------------------------------------------------------------
+
+def test_cached_input_tokens_are_priced_at_the_cached_input_price(served_project: GeoProject) -> None:
+    """gpt-4o-mini: $0.15 input, $0.075 cached input, $0.60 output per million tokens; the
+    budget's settlement charges the same, its reservations (at the input price) above it."""
+    server = served_project.server
+    server.cached_share = 0.5
+    result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "r.json",
+                                "--geo-budget", "1")
+    result.assert_outcomes(passed=3)
+    report = json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
+    usage = report["usage"]
+    calls = sum(role["calls"] for role in usage.values())
+    cached = sum(role["cached_input_tokens"] for role in usage.values())
+    assert cached == server.billed_cached > 0
+    fresh = server.billed["prompt_tokens"] - cached
+    expected = (fresh * 0.15 + cached * 0.075 + server.billed["completion_tokens"] * 0.60) * 1000  # nano-dollars
+    cost = sum(role["cost_nanousd"] for role in usage.values())
+    assert abs(cost - expected) <= calls  # each call's cost is rounded to a nano-dollar
+    assert report["budget"]["spent_usd"] == cost / 1e9
+    result.stdout.fnmatch_lines(["*ranker: calls=6 *cached_input_tokens=*"])
+
+
+def test_a_cached_input_price_is_read_from_geo_prices_and_never_above_the_input_price() -> None:
+    from pytest_geo.llm.prices import PriceError, parse_price_lines
+    from pytest_geo.price import Price
+
+    assert parse_price_lines(["m = 1, 4, 0.25"]) == {"m": Price(1.0, 4.0, 0.25)}
+    assert Price(1.0, 4.0, 0.25).nanodollars(1000, 10, cached_tokens=400) == 600_000 + 100_000 + 40_000
+    assert Price(1.0, 4.0).nanodollars(1000, 10, cached_tokens=400) == 1_040_000  # no cached price: input price
+    with pytest.raises(PriceError, match="the cached-input price must be at most the input price"):
+        parse_price_lines(["m = 1, 4, 2"])

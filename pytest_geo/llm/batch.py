@@ -319,8 +319,9 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
             return Refused(why, refusal(body))
         return why
     try:
-        text, prompt_tokens, completion_tokens, finish, reported = completion_fields(body)
+        fields = completion_fields(body)
     except NotAnAnswer as exc:
         return f"batch {batch_id}: {scrub(str(exc))}"
-    return ChatResponse(text=redact(text), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        batch=True, finish_reason=finish, usage_reported=reported)
+    return ChatResponse(text=redact(fields.text), prompt_tokens=fields.prompt_tokens,
+                        completion_tokens=fields.completion_tokens, batch=True, finish_reason=fields.finish_reason,
+                        usage_reported=fields.usage_reported, cached_input_tokens=fields.cached_input_tokens)

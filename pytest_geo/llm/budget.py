@@ -118,7 +118,8 @@ class BudgetClient:
     def actual(self, request: ChatRequest, response: ChatResponse) -> Cost:
         price = self.prices.get(request.model)
         tokens = response.prompt_tokens + response.completion_tokens
-        nanousd = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch) if price else 0
+        nanousd = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch,
+                                    response.cached_input_tokens) if price else 0
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
