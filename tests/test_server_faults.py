@@ -305,3 +305,30 @@ def test_a_cached_input_price_is_read_from_geo_prices_and_never_above_the_input_
     assert Price(1.0, 4.0).nanodollars(1000, 10, cached_tokens=400) == 1_040_000  # no cached price: input price
     with pytest.raises(PriceError, match="the cached-input price must be at most the input price"):
         parse_price_lines(["m = 1, 4, 2"])
+
+
+# A worker killed mid-run ------------------------------------------------------------------
+
+KILL_GW1_CONFTEST = '''
+import os, signal
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw1" and report.when == "call" and not os.path.exists("killed"):
+        open("killed", "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)  # after its calls settled in the ledger, before its usage is sent
+'''
+
+
+def test_the_runs_cost_is_what_the_budget_ledger_charged_when_a_worker_dies(served_project: GeoProject) -> None:
+    pytester = served_project.pytester
+    pytester.makeconftest(KILL_GW1_CONFTEST)
+    result = pytester.runpytest(str(served_project.dataset(8)), "--geo-base-url", served_project.server.url,
+                                "-n", "2", "--geo-no-cache", "--geo-budget", "1", "--geo-report", "r.json")
+    assert (pytester.path / "killed").exists()
+    report = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    lost = report["usage"]["lost with a worker"]
+    assert lost["calls"] >= 1 and lost["cost_nanousd"] > 0
+    assert report["budget"]["lost_calls"] == lost["calls"]
+    assert report["cost"]["total"] == report["budget"]["spent_usd"]  # without it: below, by the dead worker's calls
+    result.stdout.fnmatch_lines(["budget: *; of it $* for * calls of processes that died, counted in the usage as "
+                                 "role 'lost with a worker'*"])

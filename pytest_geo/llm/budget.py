@@ -201,7 +201,10 @@ class BudgetClient:
         try:
             await self.inner.aclose()
         finally:
-            self.ledger.close()
+            try:
+                self.ledger.finish()
+            finally:
+                self.ledger.close()
 
 
 def describe(cost: Cost) -> str:
