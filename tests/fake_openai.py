@@ -3,7 +3,8 @@
 It answers from the request itself (the candidates JSON in the ranker prompt, the
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
-strategy that loses to the mock's, for comparisons of variants).
+strategy that loses to the mock's, for comparisons of variants); a model whose name holds
+"reversed" ranks the other way round (a judge that disagrees with the others).
 Latency and faults are injectable; it records every request (with the requests in flight
 when it came, and its body as received in `raw_bodies`) and the most in flight.
 With `serial` set it answers one call at a time, as a local CPU model's server does:
@@ -40,6 +41,11 @@ without it refuses it (400 `unsupported_parameter`). An answer longer than `max_
 answer and token counts are not text and numbers; "json_as_text": a good answer served as
 `text/plain`.
 
+Another wire format (`/messages`, shaped like Anthropic's Messages API: `system` apart,
+`max_tokens`, the key in `x-api-key`, the answer in `content[0].text` and usage as
+`input_tokens`/`output_tokens`), answered with the same logic: what a provider that does
+not speak the OpenAI protocol talks to (llm/providers.py).
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -68,7 +74,8 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key", "huge", "odd_types", "json_as_text", "html", "overloaded", "surrogate", "trickle", "endless",
+          "echo_key", "huge", "odd_types", "json_as_text", "context_length",
+          "html", "overloaded", "surrogate", "trickle", "endless",
           "gzip_bomb", "raw_surrogate", "trickle_headers")
 # Hostile servers (test_server_faults.py): "html", a gateway's page with status 200;
 # "overloaded", a chat completion whose text says the service is overloaded; "surrogate", an
@@ -87,6 +94,7 @@ KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description 
 HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and the answer
 MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
 GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
 
 
 class RateLimit:
@@ -274,12 +282,12 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str], path: str = "") -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
-            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(), "path": path,
                                   "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
@@ -297,6 +305,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         with self.lock:
             if self.rate_limit is not None:
                 self.rate_limit.answered()
+
+
+CURRENT_PROMPT = re.compile(r"<<<\n(.*)\n>>>", re.S)  # the meta prompt's current template
 
 
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
@@ -317,6 +328,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     query = query_match.group(1) if query_match else ""
     if "ordered_ids" in system:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
+        if REVERSED in str(body.get("model", "")):  # a judge that sees everything the other way round
+            ordered.reverse()
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
         if fault == "surrogate":  # json.dumps writes the lone surrogate as the escape `\ud800`
@@ -325,6 +338,10 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         if fault == "echo_key":  # the key, \u-escaped, as one more id
             return '{"ordered_ids": ' + json.dumps(ordered)[:-1] + ', "' + key_forms(_key(headers))[1] + '"]}'
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+    if '"new_prompt"' in system:  # the meta-optimizer: the current template, one line added
+        current = CURRENT_PROMPT.search(user)
+        new = (current.group(1) if current else "") + "\nLead with the words of the query."
+        return json.dumps({"new_prompt": new, "rationale": "queries match better"})
     description = DESCRIPTION.search(user)
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})
@@ -575,7 +592,7 @@ class _Handler(BaseHTTPRequestHandler):
         answered = not admitted
         with server.lock:
             server.raw_bodies.append(raw)
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, self.path)
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
@@ -594,6 +611,9 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(server.latency)
             server._answered()
             answered = True
+            if parts[-1] == "messages":
+                self._messages(body, fault)
+                return
             if fault == "drop":
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -629,6 +649,12 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "400":  # a request no change of parameters fixes, as OpenAI words one
                 self._send(400, {"error": {"message": "Unrecognized request argument supplied: stream_mode",
                                            "type": "invalid_request_error", "param": None, "code": None}})
+                return
+            if fault == "context_length":  # one row's prompt too long, as OpenAI words it
+                self._send(400, {"error": {"message": "This model's maximum context length is 128000 tokens. However, "
+                                                      "your messages resulted in 200000 tokens.",
+                                           "type": "invalid_request_error", "param": "messages",
+                                           "code": "context_length_exceeded"}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
@@ -708,6 +734,21 @@ class _Handler(BaseHTTPRequestHandler):
         chunk = b"x" * 65536
         for _ in range(ENDLESS_BYTES // len(chunk)):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+
+    def _messages(self, body: dict[str, Any], fault: str | None) -> None:
+        """The `/messages` wire format (see the module)."""
+        if fault == "500":
+            self._send(500, {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})
+            return
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+        chat = {"model": body.get("model"), "messages": system + list(body.get("messages", [])),
+                "max_tokens": body.get("max_tokens")}
+        answer = completion(chat)
+        self._send(200, {"type": "message", "role": "assistant", "model": body.get("model"),
+                         "content": [{"type": "text", "text": answer["choices"][0]["message"]["content"]}],
+                         "stop_reason": "end_turn",
+                         "usage": {"input_tokens": answer["usage"]["prompt_tokens"],
+                                   "output_tokens": answer["usage"]["completion_tokens"]}})
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers, "application/json")

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.report.html_variants import (
+    judges_section,
     noise_section,
     sequential_section,
     side_by_side_section,
@@ -414,7 +415,8 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
                 "baseline",
             ),
         ]
-    parts += [*variants_section(report), *sequential_section(report), *noise_section(report)]
+    parts += [*variants_section(report), *judges_section(report), *sequential_section(report),
+              *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",

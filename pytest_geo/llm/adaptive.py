@@ -14,7 +14,7 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   the 429 tens of milliseconds late, with dozens more sent (and connections opened for
   them) meanwhile;
 - then additive increase: about one row per round trip (1/limit per successful call);
-- no growth while the client's own event loop runs late (engine/loop_lag.py): it is its
+- no growth while the client's own event loop runs late (llm/loop_lag.py): it is its
   own bottleneck then;
 - calls sent under the current limit taking twice as long as the fastest seen trim the
   limit by a tenth, once per window, like a nearly spent budget: the server is queueing
@@ -75,8 +75,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_geo.engine.limiter import Limiter
-from pytest_geo.engine.loop_lag import LoopLag
+from pytest_geo.llm.limiter import Limiter
+from pytest_geo.llm.loop_lag import LoopLag
 from pytest_geo.settings import DEFAULT_CONCURRENCY
 
 START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
