@@ -9,7 +9,8 @@ answered like a chat-completions call (the server's `batch_answer`: refused with
 same 400 body a direct call gets, as a line of the error file, as OpenAI's Batch API
 reports a refused line), unless `line_faults` maps its
 line number (0-based, in upload order) in the first batch created to "error" (a line in the error
-file), "500" (an output line whose response failed) or "missing" (no line at all)."""
+file), "500" (an output line whose response failed) or "missing" (no line at all).
+A hostile server: `id_for` names each new batch (an absolute path, `../../x`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ class BatchStore:
     batches: dict[str, FakeBatch] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)  # batch ids, in creation order
     retrieved: int = 0
+    id_for: Callable[[int], str] | None = None  # the id of the n-th batch created, instead of batch_<n>
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -67,7 +69,9 @@ class BatchStore:
         with self.lock:
             if body.get("input_file_id") not in self.files or body.get("endpoint") != "/v1/chat/completions":
                 return 400, {"error": {"message": "bad batch request", "type": "invalid_request_error"}}
-            batch = FakeBatch(f"batch_{next(self._ids)}", body["input_file_id"], time.monotonic())
+            number = next(self._ids)
+            name = self.id_for(len(self.created)) if self.id_for is not None else f"batch_{number}"
+            batch = FakeBatch(name, body["input_file_id"], time.monotonic())
             batch.total = len(self.files[batch.input_file_id].splitlines())
             self.batches[batch.id] = batch
             self.created.append(batch.id)

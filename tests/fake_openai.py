@@ -74,16 +74,18 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key", "huge", "odd_types", "json_as_text", "context_length", "html", "overloaded", "surrogate", "trickle", "endless",
-          "gzip_bomb", "raw_surrogate")
-# Hostile servers (test_server_faults.py): "html", a gateway's page with status 200; "overloaded",
-# a chat completion whose text says the service is overloaded; "surrogate", an answer holding
-# an escaped lone surrogate (`\ud800`) in the rewrite and as a ranked id ("raw_surrogate": in the
-# protocol's JSON, so the answer's text itself holds one); "trickle", a body
-# sent a byte every `trickle_seconds`; "endless", a chunked body that never ends; "gzip_bomb",
-# a small gzip body that inflates to GZIP_BOMB_BYTES.
+          "echo_key", "huge", "odd_types", "json_as_text", "context_length",
+          "html", "overloaded", "surrogate", "trickle", "endless",
+          "gzip_bomb", "raw_surrogate", "trickle_headers")
+# Hostile servers (test_server_faults.py): "html", a gateway's page with status 200;
+# "overloaded", a chat completion whose text says the service is overloaded; "surrogate", an
+# answer holding an escaped lone surrogate (`\ud800`) in the rewrite and as a ranked id
+# ("raw_surrogate": in the protocol's JSON, so the answer's text itself holds one); "trickle",
+# a body sent a byte every `trickle_seconds` ("trickle_headers": its headers); "endless", a
+# chunked body that never ends; "gzip_bomb", a small gzip body that inflates to GZIP_BOMB_BYTES.
 GZIP_BOMB_BYTES = 64 << 20
-ENDLESS_SECONDS = 30.0  # how long an endless body goes on (the client should hang up first)
+ENDLESS_BYTES = 64 << 20  # an "endless" body ends here, cut (a client without a bound buffers it all)
+TRICKLE_SECONDS = 20.0  # a trickled body is cut after this long
 HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
@@ -189,6 +191,7 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.refused: list[tuple[str, str]] = []  # (model, param) of each contract refusal
         # The usage of every chat completion the server answered (not batches), added up.
         self.billed = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.billed_cached = 0  # of billed prompt tokens, those reported as cached (cached_share)
         # While set, requests are served one at a time (a local CPU model's server): each
         # waits for the ones before it, so latency grows with the queue.
         self.serial = False
@@ -201,6 +204,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.usage_as: Any = HONEST
         self.extra_headers: dict[str, str] = {}
         self.trickle_seconds = 0.5
+        # This share of each answer's prompt tokens reported as served by a prompt cache
+        # (`usage.prompt_tokens_details.cached_tokens`, as OpenAI reports it).
+        self.cached_share = 0.0
 
     @property
     def url(self) -> str:
@@ -228,10 +234,12 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.fault_for = None
             self.refused.clear()
             self.billed = dict.fromkeys(self.billed, 0)
+            self.billed_cached = 0
             self.serial = False
             self.refuse_response_format = False
             self.refuse_params = set()
             self.usage_as = HONEST
+            self.cached_share = 0.0
             self.extra_headers = {}
 
     def batch_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -656,7 +664,7 @@ class _Handler(BaseHTTPRequestHandler):
             if refusal is not None:
                 self._send(400, refusal)
                 return
-            if fault in ("html", "trickle", "endless", "gzip_bomb"):
+            if fault in ("html", "trickle", "endless", "gzip_bomb", "trickle_headers"):
                 self._hostile_body(fault)
                 return
             if fault == "odd_types":  # a 200 whose fields are not of their types
@@ -671,6 +679,11 @@ class _Handler(BaseHTTPRequestHandler):
             with server.lock:
                 for name in server.billed:
                     server.billed[name] += answer["usage"][name]
+            if server.cached_share:
+                cached = int(answer["usage"]["prompt_tokens"] * server.cached_share)
+                answer["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+                with server.lock:
+                    server.billed_cached += cached
             if server.usage_as is MISSING:
                 del answer["usage"]
             elif server.usage_as is not HONEST:
@@ -688,6 +701,15 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "html":
             self._send_bytes(200, GATEWAY_PAGE, content_type="text/html")
             return
+        self.close_connection = True  # the body is cut, never ended
+        if fault == "trickle_headers":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            until = time.monotonic() + TRICKLE_SECONDS
+            while time.monotonic() < until:
+                self.wfile.write(b"a")
+                self.wfile.flush()
+                time.sleep(self.server.trickle_seconds)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if fault == "gzip_bomb":
@@ -697,10 +719,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
+        self.close_connection = True  # the body is cut, never ended
         if fault == "trickle":  # a byte at a time: no read of the socket ever waits long
             self.send_header("Content-Length", "100000")
             self.end_headers()
-            for _ in range(100000):
+            until = time.monotonic() + TRICKLE_SECONDS
+            while time.monotonic() < until:
                 self.wfile.write(b" ")
                 self.wfile.flush()
                 time.sleep(self.server.trickle_seconds)
@@ -708,10 +732,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")  # endless
         self.end_headers()
         chunk = b"x" * 65536
-        until = time.monotonic() + ENDLESS_SECONDS
-        while time.monotonic() < until:
+        for _ in range(ENDLESS_BYTES // len(chunk)):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        self.close_connection = True
 
     def _messages(self, body: dict[str, Any], fault: str | None) -> None:
         """The `/messages` wire format (see the module)."""

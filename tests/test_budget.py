@@ -525,11 +525,12 @@ def test_a_ledger_open_before_a_fork_still_excludes_the_children(tmp_path: Path)
 def test_the_ledger_is_rewritten_in_place_and_only_when_it_changed(tmp_path: Path) -> None:
     path = Ledger.create(tmp_path)
     ledger = Ledger(BudgetLimits(tokens=1000), path)
+    ledger.settle(Cost(0, 0), Cost(0, 10))  # this process's settled calls are on file
     assert ledger.reserve(Cost(0, 600), lambda left: "reached") is None
     held = path.read_bytes()
     ledger.status()
     assert path.read_bytes() == held  # a read writes nothing
-    ledger.settle(Cost(0, 600), Cost(0, 25))
+    ledger.settle(Cost(0, 600), Cost(0, 15))
     settled = path.read_bytes()
     assert len(settled) == len(held) and settled.endswith(b" ")  # shorter text, padded where it was
     assert json.loads(settled)["spent"] == [0, 25] and json.loads(settled)["reserved"] == {}

@@ -62,6 +62,7 @@ class ChatResponse:
     # False: the server's usage was missing or not believable (the tokens above read 0): the
     # call is charged its reservation (llm/budget.py) and its cost is unknown (llm/usage.py).
     usage_reported: bool = True
+    cached_input_tokens: int = 0  # of prompt_tokens, those the provider's prompt cache served (priced lower)
 
 
 class ModelError(Exception):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRe
 from pytest_geo.llm.cache import cache_key
 from pytest_geo.llm.openai_client import NotAnAnswer, completion_fields
 from pytest_geo.llm.profiles import Refusal, sent_body
+from pytest_geo.text import shorten
 
 # Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
 # procedures ("procedure") are called one item at a time, so a round would hold one
@@ -60,11 +62,34 @@ def print_status(line: str) -> None:
 
 @dataclass
 class PollPolicy:
-    """Polls start quick (small batches finish in seconds) and back off to once a minute."""
+    """Polls start quick (small batches finish in seconds) and back off to once a minute;
+    a batch still not ended after `most` seconds of waiting fails its calls."""
 
     first: float = 0.5
     factor: float = 1.5
     longest: float = 60.0
+    most: float = 25 * 3600.0  # the 24h completion window, and an hour for the provider to end it
+
+
+class BatchError(Exception):
+    """The batch machinery cannot go on; the message says why (it becomes each call's error)."""
+
+
+# What a server's file or batch id may be (OpenAI's are `file-...`, `batch_...`): it goes into
+# request paths and names a state file, so nothing that could leave a directory.
+SERVER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")
+
+
+def server_id(value: object, kind: str) -> str:
+    """`value`, a server's id, when it is one; else BatchError naming it."""
+    if isinstance(value, str) and SERVER_ID.fullmatch(value):
+        return value
+    shown = shorten(repr(value), 80)
+    raise BatchError(f"the server's {kind} id {shown} is not an id (letters, digits, '_', '-', '.', ':')")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds:g}s"
 
 
 @dataclass
@@ -121,37 +146,33 @@ class BatchClient:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_round(self, calls: dict[str, _Call]) -> None:
-        outcomes: dict[str, Outcome] = {}
         try:
-            waits = []
-            left = dict(calls)
-            for batch_id, keys in self._pending_batches():
-                mine = [key for key in keys if key in left]
-                if mine:
-                    self.status(f"batch {batch_id}: resuming ({len(mine)} of this round's requests)")
-                    waits.append(self._collect(batch_id, mine))
-                    for key in mine:
-                        del left[key]
-            if left:
-                batch_id = await self._submit(left)
-                waits.append(self._collect(batch_id, list(left)))
-            for found in await asyncio.gather(*waits):
-                outcomes.update(found)
+            outcomes = await self._outcomes(calls)
         except Exception as exc:  # the batch machinery failed: every call of the round fails with why
-            reason = self.backend.describe(exc)
-            outcomes = {key: f"batch request failed: {reason}" for key in calls if key not in outcomes}
+            reason = exc.args[0] if isinstance(exc, BatchError) else self.backend.describe(exc)
+            outcomes = {key: f"batch request failed: {reason}" for key in calls}
         for key, call in calls.items():
-            outcome = outcomes.get(key, "no result in the batch")
-            for future in call.futures:
-                if future.done():
-                    continue
-                if isinstance(outcome, ChatResponse):
-                    future.set_result(outcome)
-                elif isinstance(outcome, Refused):  # healing.py may send it again, changed
-                    future.set_exception(RequestRefused(f"{call.request.role} model call failed: {outcome.why}",
-                                                        outcome.refusal))
-                else:
-                    future.set_exception(ModelError(f"{call.request.role} model call failed: {outcome}"))
+            _hand_out(call, outcomes.get(key, "no result in the batch"))
+
+    async def _outcomes(self, calls: dict[str, _Call]) -> dict[str, Outcome]:
+        """Each call's outcome: from a pending batch that holds it (an interrupted run's),
+        else from the one new batch the rest are submitted in."""
+        waits = []
+        left = dict(calls)
+        for batch_id, keys in self._pending_batches():
+            mine = [key for key in keys if key in left]
+            if mine:
+                self.status(f"batch {batch_id}: resuming ({len(mine)} of this round's requests)")
+                waits.append(self._collect(batch_id, mine))
+                for key in mine:
+                    del left[key]
+        if left:
+            batch_id = await self._submit(left)
+            waits.append(self._collect(batch_id, list(left)))
+        outcomes: dict[str, Outcome] = {}
+        for found in await asyncio.gather(*waits):
+            outcomes.update(found)
+        return outcomes
 
     async def _submit(self, calls: dict[str, _Call]) -> str:
         lines = "".join(
@@ -160,16 +181,32 @@ class BatchClient:
             for key, call in calls.items()
         )
         uploaded = await self.sdk.files.create(file=("pytest-geo-batch.jsonl", lines.encode("utf-8")), purpose="batch")
-        batch = await self.sdk.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
+        batch = await self.sdk.batches.create(input_file_id=server_id(uploaded.id, "file"), endpoint=ENDPOINT,
                                               completion_window=COMPLETION_WINDOW)
-        self._remember(batch.id, list(calls))
-        self.status(f"batch {batch.id}: submitted {len(calls)} requests")
-        return str(batch.id)
+        batch_id = server_id(batch.id, "batch")
+        self._remember(batch_id, list(calls))
+        self.status(f"batch {batch_id}: submitted {len(calls)} requests")
+        return batch_id
 
     async def _collect(self, batch_id: str, keys: list[str]) -> dict[str, Outcome]:
         """Poll until the batch ends, then read its answers for `keys`."""
         self.batches.append(batch_id)
-        delay, shown = self.poll.first, ""
+        batch = await self._wait(batch_id)
+        found: dict[str, Outcome] = {}
+        for file_id in (batch.error_file_id, batch.output_file_id):
+            if file_id:
+                found.update(self._parse(await self._read(server_id(file_id, "file")), batch_id))
+        if batch.status != "completed":
+            for key in keys:
+                found.setdefault(key, f"batch {batch_id} {batch.status} before answering")
+        self._forget(batch_id)
+        return {key: found.get(key, f"no result in batch {batch_id}") for key in keys}
+
+    async def _wait(self, batch_id: str) -> Any:
+        """The batch once it has ended, polled with a growing interval and a status line
+        whenever it changes; BatchError once the policy's bound passes (it stays on disk:
+        a rerun resumes waiting for it)."""
+        delay, shown, waited = self.poll.first, "", 0.0
         while True:
             batch = await self.sdk.batches.retrieve(batch_id)
             counts = getattr(batch, "request_counts", None)
@@ -180,18 +217,13 @@ class BatchClient:
                 self.status(line)
                 shown = line
             if batch.status in ENDED:
-                break
+                return batch
+            if waited >= self.poll.most:
+                raise BatchError(f"batch {batch_id} still {batch.status} after {_duration(waited)} of waiting, the "
+                                 "most a batch is waited for; a rerun resumes waiting for it")
             await asyncio.sleep(delay)
-            delay = min(delay * self.poll.factor, self.poll.longest)
-        found: dict[str, Outcome] = {}
-        for file_id in (batch.error_file_id, batch.output_file_id):
-            if file_id:
-                found.update(self._parse(await self._read(file_id), batch_id))
-        if batch.status != "completed":
-            for key in keys:
-                found.setdefault(key, f"batch {batch_id} {batch.status} before answering")
-        self._forget(batch_id)
-        return {key: found.get(key, f"no result in batch {batch_id}") for key in keys}
+            waited += delay
+            delay = min(delay * self.poll.factor, self.poll.longest, max(self.poll.most - waited, 0.0))
 
     async def _read(self, file_id: str) -> str:
         content = await self.sdk.files.content(file_id)
@@ -231,6 +263,8 @@ class BatchClient:
             path.unlink(missing_ok=True)
 
     def _pending_batches(self) -> list[tuple[str, list[str]]]:
+        """The batches an interrupted run left pending: each file's id, checked as a
+        server's id is, and the keys it holds."""
         if self.state_dir is None:
             return []
         pending = []
@@ -240,7 +274,8 @@ class BatchClient:
                 batch_id, keys = entry["batch_id"], entry["base_url_keys"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if isinstance(batch_id, str) and isinstance(keys, list) and path.stem == batch_id:
+            if isinstance(batch_id, str) and SERVER_ID.fullmatch(batch_id) and isinstance(keys, list) \
+                    and path.stem == batch_id:
                 pending.append((batch_id, [k for k in keys if isinstance(k, str)]))
         return pending
 
@@ -250,6 +285,20 @@ class BatchClient:
         for task in list(self._tasks):
             task.cancel()
         await self.backend.aclose()
+
+
+def _hand_out(call: _Call, outcome: Outcome) -> None:
+    """Settle every future waiting on `call` with its outcome."""
+    for future in call.futures:
+        if future.done():
+            continue
+        if isinstance(outcome, ChatResponse):
+            future.set_result(outcome)
+        elif isinstance(outcome, Refused):  # healing.py may send it again, changed
+            future.set_exception(RequestRefused(f"{call.request.role} model call failed: {outcome.why}",
+                                                outcome.refusal))
+        else:
+            future.set_exception(ModelError(f"{call.request.role} model call failed: {outcome}"))
 
 
 def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
@@ -270,8 +319,9 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
             return Refused(why, refusal(body))
         return why
     try:
-        text, prompt_tokens, completion_tokens, finish, reported = completion_fields(body)
+        fields = completion_fields(body)
     except NotAnAnswer as exc:
         return f"batch {batch_id}: {scrub(str(exc))}"
-    return ChatResponse(text=redact(text), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        batch=True, finish_reason=finish, usage_reported=reported)
+    return ChatResponse(text=redact(fields.text), prompt_tokens=fields.prompt_tokens,
+                        completion_tokens=fields.completion_tokens, batch=True, finish_reason=fields.finish_reason,
+                        usage_reported=fields.usage_reported, cached_input_tokens=fields.cached_input_tokens)

@@ -119,7 +119,8 @@ class BudgetClient:
     def actual(self, request: ChatRequest, response: ChatResponse) -> Cost:
         price = self.prices.get(request.model)
         tokens = response.prompt_tokens + response.completion_tokens
-        nanousd = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch) if price else 0
+        nanousd = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch,
+                                    response.cached_input_tokens) if price else 0
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
@@ -205,7 +206,10 @@ class BudgetClient:
         try:
             await self.inner.aclose()
         finally:
-            self.ledger.close()
+            try:
+                self.ledger.finish()
+            finally:
+                self.ledger.close()
 
 
 def describe(cost: Cost) -> str:

@@ -26,6 +26,7 @@ from pytest_geo.settings import Settings
 
 T = TypeVar("T")
 WAIT = ""  # Ledger.reserve's answer while reservations in flight must settle first
+LOST_ROLE = "lost with a worker"  # the usage role of calls whose process died before reporting them
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,18 @@ class LedgerState:
     reserved: dict[str, Cost] = field(default_factory=dict)  # process id -> what its calls hold
     refused_calls: int = 0
     reached: str | None = None  # why calls are no longer sent: one message for the run
+    # What each process's answered calls cost ([nano-dollars, tokens, calls]), and the
+    # processes that ended normally (their usage reached the run's report): a process that
+    # died spent what it settled, though its usage never arrived (`lost`).
+    settled: dict[str, list[int]] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)
+
+    def lost(self, reader: str) -> tuple[Cost, int]:
+        """What processes other than `reader` settled without finishing: (cost, calls). Read
+        once every process of the run is done (a worker killed by a signal is still a
+        zombie then, so no liveness check can tell)."""
+        dead = [o for o in self.settled if o not in self.finished and o != reader]
+        return (sum((Cost(*self.settled[o][:2]) for o in dead), Cost()), sum(self.settled[o][2] for o in dead))
 
     def held(self) -> Cost:
         return sum(self.reserved.values(), Cost())
@@ -93,6 +106,7 @@ class LedgerState:
             "spent": [self.spent.nanousd, self.spent.tokens], "unknown": [self.unknown.nanousd, self.unknown.tokens],
             "reserved": {owner: [c.nanousd, c.tokens] for owner, c in self.reserved.items()},
             "refused_calls": self.refused_calls, "reached": self.reached,
+            "settled": self.settled, "finished": self.finished,
         })
 
     @classmethod
@@ -100,7 +114,7 @@ class LedgerState:
         data = json.loads(text)
         return cls(Cost(*data["spent"]), Cost(*data["unknown"]),
                    {owner: Cost(*pair) for owner, pair in data["reserved"].items()},
-                   data["refused_calls"], data["reached"])
+                   data["refused_calls"], data["reached"], data["settled"], data["finished"])
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ class BudgetStatus:
     unknown: Cost
     refused_calls: int
     reached: str | None
+    lost: Cost = Cost()  # settled by processes that died (an xdist worker killed): not in their usage
+    lost_calls: int = 0
 
     def as_json(self) -> dict[str, Any]:
         def usd(nanousd: int | None) -> float | None:
@@ -120,7 +136,8 @@ class BudgetStatus:
         return {"budget_usd": usd(self.limits.nanousd), "budget_tokens": self.limits.tokens,
                 "spent_usd": usd(self.spent.nanousd), "spent_tokens": self.spent.tokens,
                 "unknown_usd": usd(self.unknown.nanousd), "unknown_tokens": self.unknown.tokens,
-                "refused_calls": self.refused_calls, "reached": self.reached}
+                "refused_calls": self.refused_calls, "reached": self.reached,
+                "lost_usd": usd(self.lost.nanousd), "lost_calls": self.lost_calls}
 
     def line(self) -> str:
         """`budget: $0.0412 spent of $0.05` (and tokens), with what is charged for calls
@@ -135,9 +152,17 @@ class BudgetStatus:
             text += (f" (and up to {format_dollars(self.unknown.nanousd)}, {self.unknown.tokens:,} tokens "
                      "charged for calls whose cost is unknown: cut off before their answer, or answered "
                      "without usage)")
+        if self.lost_calls:
+            text += (f"; of it {format_dollars(self.lost.nanousd)} for {self.lost_calls:,} calls of processes that "
+                     f"died, counted in the usage as role '{LOST_ROLE}'")
         if self.reached is not None:
             text += f"; {self.reached}"
         return text
+
+    def lost_usage(self) -> dict[str, int]:
+        """The usage counts of LOST_ROLE: what processes that died settled, so that the
+        run's cost (the sum of its usage) is what the ledger says was spent."""
+        return {"calls": self.lost_calls, "cost_nanousd": self.lost.nanousd}
 
 
 class Ledger:
@@ -188,6 +213,15 @@ class Ledger:
         finally:
             unlock(fd)
 
+    def finish(self) -> None:
+        """This process ended normally: its usage reaches the run's report."""
+
+        def change(state: LedgerState) -> None:
+            if self.owner not in state.finished:
+                state.finished.append(self.owner)
+
+        self._transact(change)
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -224,6 +258,10 @@ class Ledger:
                 state.unknown += worst
                 return
             state.spent += actual
+            mine = state.settled.setdefault(self.owner, [0, 0, 0])
+            mine[0] += actual.nanousd
+            mine[1] += actual.tokens
+            mine[2] += 1
             if actual.exceeds(worst) and state.reached is None and overrun is not None:
                 state.reached = overrun()
 
@@ -240,9 +278,12 @@ class Ledger:
         return self._transact(change)
 
     def status(self) -> BudgetStatus:
+        """The budget at the end of the run (every other process of the run done)."""
+
         def read(state: LedgerState) -> BudgetStatus:
+            lost, lost_calls = state.lost(self.owner)
             return BudgetStatus(self.limits, state.spent, state.unknown + state.held(), state.refused_calls,
-                                state.reached)
+                                state.reached, lost, lost_calls)
 
         return self._transact(read)
 

@@ -13,11 +13,11 @@ import json
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import openai
 
-from pytest_geo.llm import redaction
+from pytest_geo.llm import bounded_body, redaction
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused, is_token_count
 from pytest_geo.llm.profiles import Refusal, sent_json
 from pytest_geo.settings import DEFAULT_BASE_URL
@@ -116,22 +116,32 @@ class OpenAIChatClient:
         wait = self._gate() if self._gate is not None else None
         if wait is not None:
             await wait
+        bounded_body.attempt_started()
 
     async def _on_response(self, response: Any) -> None:
-        if self._observer is None:
-            return
-        wait = self._observer(response.status_code, response.headers)
+        wait = self._observer(response.status_code, response.headers) if self._observer is not None else None
         if wait is not None:
+            bounded_body.paused()
             await wait
+            bounded_body.attempt_started()
             # The observer waited out the server's Retry-After (for every request, not only
             # this one): the SDK, which reads retry-after-ms first, need not sleep it again.
             response.headers["retry-after-ms"] = RETRY_NOW_MS
+        bounded_body.bound_body(response)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         attempts: list[int] = []
         token = _attempts.set(attempts)
         try:
-            completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
+            async with bounded_body.bounded_call(self.timeout):
+                completion: Any = await self._post_first(request) if not self._reached else await self._post(request)
+        except TimeoutError:  # headers trickled past the backstop (llm/bounded_body.py)
+            retries, after = _retries(attempts), bounded_body.backstop(self.timeout)
+            raise ModelError(f"{request.role} model call failed: timed out after {after:g}s (the answer's headers "
+                             f"had not arrived){_after(retries)}", retries=retries, transport=True) from None
+        except bounded_body.AnswerTooLarge as exc:
+            raise ModelError(f"{request.role} model call failed: the answer was too large ({exc})",
+                             retries=_retries(attempts)) from None
         except openai.APIError as exc:
             retries = _retries(attempts)
             failure = f"{request.role} model call failed: {self._cause(exc)}{_after(retries)}"
@@ -144,7 +154,7 @@ class OpenAIChatClient:
             except ValueError:  # closed outside its task (a loop shut down mid-call): no count to keep
                 pass
         try:
-            text, prompt_tokens, completion_tokens, finish_reason, reported = completion_fields(completion)
+            fields = completion_fields(completion)
         except NotAnAnswer as exc:
             why = self.scrub(str(exc), MAX_REFUSAL)
             raise ModelError(f"{request.role} model call failed: {why}", retries=_retries(attempts),
@@ -152,12 +162,13 @@ class OpenAIChatClient:
         return ChatResponse(
             # An answer can quote the request (a proxy echoing headers, a model shown the
             # key): it goes to the terminal, reports and the cache, so the key never does.
-            text=self.redact(text),
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
+            text=self.redact(fields.text),
+            prompt_tokens=fields.prompt_tokens,
+            completion_tokens=fields.completion_tokens,
             retries=_retries(attempts),
-            finish_reason=finish_reason,
-            usage_reported=reported,
+            finish_reason=fields.finish_reason,
+            usage_reported=fields.usage_reported,
+            cached_input_tokens=fields.cached_input_tokens,
         )
 
     async def _post(self, request: ChatRequest, retries: int | None = None) -> Any:
@@ -244,13 +255,26 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 PREVIEW = 60
 
 
-def completion_fields(completion: object) -> tuple[str, int, int, str | None, bool]:
-    """The answer's text, prompt and completion tokens, finish reason, and whether the
-    server reported its usage, read from a chat completion's JSON (a server's, so
-    untrusted). A field not of its type reads as none (no text, no finish reason); token
-    counts that are not believable (`is_token_count`) read as 0, with usage not reported,
-    so the call is charged what was reserved for it and its cost is unknown. Raises
-    NotAnAnswer for a body that is not a chat completion, or text holding a lone surrogate."""
+class Completion(NamedTuple):
+    """What is read from a chat completion (`completion_fields`)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None
+    usage_reported: bool
+    cached_input_tokens: int  # of the prompt tokens, those the provider's prompt cache served
+
+
+def completion_fields(completion: object) -> Completion:
+    """The answer's text, token counts, finish reason, and whether the server reported its
+    usage, read from a chat completion's JSON (a server's, so untrusted). A field not of its
+    type reads as none (no text, no finish reason); token counts that are not believable
+    (`is_token_count`) read as 0, with usage not reported, so the call is charged what was
+    reserved for it and its cost is unknown; cached input tokens (OpenAI's
+    `usage.prompt_tokens_details.cached_tokens`) count only when at most the prompt's.
+    Raises NotAnAnswer for a body that is not a chat completion, or text holding a lone
+    surrogate."""
     raw = completion
     if isinstance(completion, (str, bytes)):  # JSON served under another content type, or not JSON
         try:
@@ -267,12 +291,16 @@ def completion_fields(completion: object) -> tuple[str, int, int, str | None, bo
     if not text.isascii() and LONE_SURROGATE.search(text):
         raise NotAnAnswer("the answer is not valid text (it holds a lone surrogate, such as \\ud800)", protocol=True)
     usage = completion.get("usage")
-    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    answer = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    reported = is_token_count(prompt) and is_token_count(answer)
+    usage = usage if isinstance(usage, dict) else {}
+    prompt, answer = usage.get("prompt_tokens"), usage.get("completion_tokens")
     finish = first.get("finish_reason")
-    return (text, prompt if reported else 0, answer if reported else 0,  # type: ignore[return-value]
-            finish if isinstance(finish, str) else None, reported)
+    finish = finish if isinstance(finish, str) else None
+    if not (is_token_count(prompt) and is_token_count(answer)):
+        return Completion(text, 0, 0, finish, False, 0)
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = cached if is_token_count(cached) and cached <= prompt else 0
+    return Completion(text, prompt, answer, finish, True, cached)
 
 
 def _preview(raw: object) -> str:

@@ -4,8 +4,13 @@ The built-in table holds common OpenAI models at their standard-tier list prices
 (`PRICES_DATE`; the README names it too). Prices change: the ini option `geo_prices`
 adds or overrides entries. A model is priced only under its exact name (a dated
 snapshot such as `gpt-4o-2024-05-13` can cost more than its alias), so a model that is
-not in the table has no cost, never a guessed one. Cached-input discounts are not
-modelled: a cost here is what the tokens cost at the list price.
+not in the table has no cost, never a guessed one.
+
+Prompt tokens a provider served from its prompt cache (a repeated prefix; OpenAI reports
+them as `usage.prompt_tokens_details.cached_tokens`) cost the model's cached-input price,
+where it has one (models without prompt caching have none: those tokens cost the input
+price). A cached-input price is never above the input price, so a reservation priced at
+the input price (llm/budget.py) stays an upper bound.
 """
 
 from __future__ import annotations
@@ -17,18 +22,21 @@ from pytest_geo.price import NANO_PER_DOLLAR, Price
 
 PRICES_DATE = "2025-08"
 
+# Input, output, cached input (OpenAI's pricing page: a tenth of the input price for gpt-5,
+# a quarter for gpt-4.1 and o3, a half for gpt-4o, o3-mini and o4-mini; none for the two
+# models without prompt caching).
 BUILTIN_PRICES: Mapping[str, Price] = {
-    "gpt-5": Price(1.25, 10.00),
-    "gpt-5-mini": Price(0.25, 2.00),
-    "gpt-5-nano": Price(0.05, 0.40),
-    "gpt-4.1": Price(2.00, 8.00),
-    "gpt-4.1-mini": Price(0.40, 1.60),
-    "gpt-4.1-nano": Price(0.10, 0.40),
-    "gpt-4o": Price(2.50, 10.00),
-    "gpt-4o-mini": Price(0.15, 0.60),
-    "o3": Price(2.00, 8.00),
-    "o3-mini": Price(1.10, 4.40),
-    "o4-mini": Price(1.10, 4.40),
+    "gpt-5": Price(1.25, 10.00, 0.125),
+    "gpt-5-mini": Price(0.25, 2.00, 0.025),
+    "gpt-5-nano": Price(0.05, 0.40, 0.005),
+    "gpt-4.1": Price(2.00, 8.00, 0.50),
+    "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
+    "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
+    "gpt-4o": Price(2.50, 10.00, 1.25),
+    "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+    "o3": Price(2.00, 8.00, 0.50),
+    "o3-mini": Price(1.10, 4.40, 0.55),
+    "o4-mini": Price(1.10, 4.40, 0.275),
     "gpt-4-turbo": Price(10.00, 30.00),
     "gpt-3.5-turbo": Price(0.50, 1.50),
 }
@@ -36,7 +44,7 @@ BUILTIN_PRICES: Mapping[str, Price] = {
 # Dollars per million tokens no model costs (a dollar a token): a price of 1e308 made every
 # cost infinite, and every row failed converting it to whole nano-dollars.
 MAX_PRICE = 100_000.0
-PRICE_LINE_FORMAT = "model = input_per_million, output_per_million"
+PRICE_LINE_FORMAT = "model = input_per_million, output_per_million[, cached_input_per_million]"
 
 
 class PriceError(ValueError):
@@ -44,25 +52,27 @@ class PriceError(ValueError):
 
 
 def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
-    """`model = input_per_million, output_per_million` per line; blank lines and `#`
-    comments are skipped. Raises PriceError naming the line."""
+    """`model = input_per_million, output_per_million[, cached_input_per_million]` per
+    line; blank lines and `#` comments are skipped. Raises PriceError naming the line."""
     prices: dict[str, Price] = {}
     for number, raw in enumerate(lines, start=1):
         text = raw.split("#", 1)[0].strip()
         if not text:
             continue
-        model, sep, values = text.partition("=")
-        parts = [p.strip() for p in values.split(",")]
+        model, sep, listed = text.partition("=")
+        parts = [p.strip() for p in listed.split(",")]
         try:
-            if not sep or not model.strip() or len(parts) != 2:
+            if not sep or not model.strip() or len(parts) not in (2, 3):
                 raise ValueError
-            price = Price(float(parts[0]), float(parts[1]))
+            values = [float(part) for part in parts]
         except ValueError:
             raise PriceError(f"line {number} {raw.strip()!r}: expected {PRICE_LINE_FORMAT!r}") from None
-        if not all(math.isfinite(p) and 0 <= p <= MAX_PRICE for p in (price.input_per_million,
-                                                                        price.output_per_million)):
+        if not all(math.isfinite(p) and 0 <= p <= MAX_PRICE for p in values):
             raise PriceError(f"line {number} {raw.strip()!r}: prices must be finite, not negative and at most "
                              f"{MAX_PRICE:g} dollars per million tokens")
+        price = Price(*values)
+        if price.cached_input_per_million is not None and price.cached_input_per_million > price.input_per_million:
+            raise PriceError(f"line {number} {raw.strip()!r}: the cached-input price must be at most the input price")
         prices[model.strip()] = price
     return prices
 

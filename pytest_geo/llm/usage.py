@@ -12,6 +12,8 @@ cost. `unpriced_calls` counts answers whose model has no price; a role with any 
 tokens only (llm/prices.py: never a guessed cost).
 `batch_calls` counts calls answered through the Batch API (--geo-batch), whose tokens are
 priced at the Batch API's discount.
+`cached_input_tokens` counts the prompt tokens the provider's prompt cache served (a
+repeated prefix), priced at the model's cached-input price (llm/prices.py).
 `unreported_usage` counts answers whose server reported no believable usage (missing,
 null, not whole numbers, negative, absurd): their tokens are unknown, so the role's cost
 is shown as unknown, never as the zero their tokens read as (the budget charges each
@@ -31,7 +33,7 @@ from pytest_geo.price import Price
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
           "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",
-          "batch_calls", "cache_rejected", "unreported_usage")
+          "batch_calls", "cache_rejected", "unreported_usage", "cached_input_tokens")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -64,6 +66,8 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
             line += f" batch_calls={c['batch_calls']}"
         if c.get("cache_rejected"):
             line += f" cache_rejected={c['cache_rejected']}"
+        if c.get("cached_input_tokens"):
+            line += f" cached_input_tokens={c['cached_input_tokens']}"
         if c.get("unreported_usage"):
             line += f" unreported_usage={c['unreported_usage']}"
         if is_priced(c):
@@ -158,7 +162,8 @@ class UsageClient:
             counts["errors"] += 1
             raise
         price = self.prices.get(request.model)
-        cost = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch) if price else 0
+        cost = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch,
+                                 response.cached_input_tokens) if price else 0
         if price is None:
             counts["unpriced_calls"] += 1
         if response.cached:
@@ -171,6 +176,7 @@ class UsageClient:
             counts["batch_calls"] += response.batch
             counts["cache_rejected"] += response.cache_rejected
             counts["unreported_usage"] += not response.usage_reported
+            counts["cached_input_tokens"] += response.cached_input_tokens
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
             counts["cost_nanousd"] += cost

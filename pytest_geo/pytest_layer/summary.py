@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_geo.llm.usage import cost_line, usage_lines
+from pytest_geo.llm.ledger import LOST_ROLE
+from pytest_geo.llm.usage import cost_line, empty_counts, usage_lines
 from pytest_geo.options import submission_meta
 from pytest_geo.pytest_layer.budget import final_budget
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
@@ -29,10 +30,19 @@ def report_gates(session: pytest.Session) -> None:
     test report (gate_reports.py), which also makes the exit status 1."""
     config = session.config
     results = results_of(config)
-    results.budget = final_budget(config)  # every worker is done: what they spent together
+    take_final_budget(config, results)
     results.gates = gate_failures(results, fail_on_regression=config.getoption("geo_fail_on_regression"),
                                   max_error_rate=config.stash[MAX_ERROR_RATE])
     send_gate_reports(session, results.gates)
+
+
+def take_final_budget(config: pytest.Config, results: Results) -> None:
+    """What the run's processes spent together (every worker is done), with what workers
+    that died had settled added to the usage as its own role: the run's cost is the
+    ledger's."""
+    results.budget = final_budget(config)
+    if results.budget is not None and results.budget.lost_calls:
+        results.usage[LOST_ROLE] = {**empty_counts(), **results.budget.lost_usage()}
 
 
 REPORT_GATE = "pytest-geo::report"
@@ -44,7 +54,7 @@ def write_reports(session: pytest.Session, results: Results, started: float, dur
     XML (when called as the test loop ends), exit status 1."""
     config = session.config
     results.metadata = run_metadata(settings_of(config), started, duration)
-    results.budget = final_budget(config)
+    take_final_budget(config, results)
     html_path = None if results.nothing_selected else config.getoption("geo_html")
     write_report_files(results, config.getoption("geo_report"), html_path, who="pytest-geo",
                        flags=("--geo-report", "--geo-html"))
