@@ -116,6 +116,9 @@ def differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> tupl
         for role in EVAL_ROLES:
             if models.get(role) != current["models"].get(role):
                 refusing.append(f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now")
+        judges, now = _mapping(before.get("judges")), current.get("judges") or {}
+        if dict(judges) != now:
+            refusing.append(f"judges: {_named(judges)} in the baseline, {_named(now)} now")
         if before.get("base_url_host") != current["base_url_host"]:
             listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
     hashes = _mapping(before.get("prompts_sha256"))
@@ -127,6 +130,10 @@ def differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> tupl
         if key in before and before[key] != current[key]:
             listed.append(f"{key}: {before[key]} in the baseline, {current[key]} now")
     return refusing + listed, refusing
+
+
+def _named(judges: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={model}" for name, model in judges.items()) or "none"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
