@@ -19,6 +19,7 @@ from pytest_geo.templates import PromptError
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs Linux's /proc")
+@pytest.mark.plugin
 def test_a_prompt_linked_to_proc_environ_is_refused_before_any_call(served_project: GeoProject,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -33,6 +34,7 @@ def test_a_prompt_linked_to_proc_environ_is_refused_before_any_call(served_proje
     assert KEY not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("make", "problem"), [
     (lambda path: os.mkfifo(path), "not a regular file (a FIFO)"),
     (lambda path: path.write_bytes(b"{{title}} {{description}}" + b" " * (1 << 20)), "larger than 1 MiB*"),
@@ -49,6 +51,7 @@ def test_a_prompt_that_is_a_fifo_or_too_large_is_refused(tmp_path, make, problem
     assert fnmatch.fnmatch(str(raised.value), f"{prompts}/rewriter_user.txt: cannot read prompt file: {problem}")
 
 
+@pytest.mark.plugin
 def test_a_key_in_the_dataset_reaches_no_file_the_run_writes(served_project: GeoProject,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
