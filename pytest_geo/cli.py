@@ -33,6 +33,7 @@ from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.concurrency import stats_line
+from pytest_geo.report.egeo_submission import write_submission
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
@@ -291,6 +292,11 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
     written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
+    if args.egeo_submission:
+        judges = {j.name: j.model for j in settings.judges}
+        for folder in write_submission(results, Path(args.egeo_submission), judges, settings.models,
+                                       settings.variant_models, dict(args.submission_meta)):
+            print(f"E-GEO submission written to {folder}", file=sys.stderr)
     for kind, path in (("report", args.report), ("HTML report", args.html)):
         if path in written:
             print(f"{kind} written to {path}", file=sys.stderr)

@@ -11,7 +11,7 @@ from test_sequential import strategies
 
 from conftest import GeoProject
 
-pytestmark = pytest.mark.plugin
+pytestmark = pytest.mark.e2e
 
 
 def test_rows_a_budget_stopped_are_not_credited_to_an_undecided_comparison(served_project: GeoProject) -> None:
