@@ -11,8 +11,6 @@ from fake_openai import FakeOpenAI
 from conftest import GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.plugin
 @pytest.mark.parametrize("value", ["y", "maybe", "2"])

@@ -14,8 +14,6 @@ import pytest
 from conftest import egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.plugin
-
 
 @pytest.mark.plugin
 @pytest.mark.parametrize(("args", "message"), [

@@ -10,8 +10,6 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 pytest.importorskip("xdist")
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
