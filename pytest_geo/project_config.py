@@ -111,7 +111,8 @@ def _suite_datasets(config: ProjectConfig) -> Iterator[tuple[Path, str]]:
         for pattern in patterns:
             for path in sorted(root.rglob(pattern)):
                 try:
-                    suite = load_suite_file(path)
+                    suite = load_suite_file(path, roots=[config.rootdir, *(config.rootdir / p for p in
+                                                                          config.get("pythonpath"))])
                 except SuiteFileError:
                     continue  # pytest reports it; here it only names no dataset
                 for metric in suite.metrics:

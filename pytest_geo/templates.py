@@ -7,12 +7,33 @@ import functools
 import re
 import string
 from collections.abc import Mapping
+from pathlib import Path
+
+from pytest_geo.data.files import read_regular
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
+# A prompt is a page or a few of instructions and examples: this bounds what a link
+# to a huge or endless file could put into every call.
+MAX_PROMPT_BYTES = 1 << 20
+
+
 class PromptError(Exception):
     """A prompts directory that cannot be used; the message names the file."""
+
+
+def read_prompt_file(path: Path) -> str:
+    """A prompt file's text, read only from a plain file of at most MAX_PROMPT_BYTES;
+    anything else is a PromptError naming the file (not found, a FIFO, a /proc file...)."""
+    try:
+        return read_regular(path, MAX_PROMPT_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        raise PromptError(f"{path}: prompt file not found") from None
+    except OSError as exc:
+        raise PromptError(f"{path}: cannot read prompt file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"{path}: cannot read prompt file: {exc}") from None
 
 
 def placeholders(template: str) -> set[str]:

@@ -71,3 +71,13 @@ def test_a_baseline_with_checked_values_still_compares(counting_client: pytest.P
     assert result.ret == pytest.ExitCode.OK
     [suite] = json.loads(Path(counting_client.path / "r.json").read_text())["baseline"]["suites"]
     assert suite["baseline_score"] == 1.0 and suite["paired"]["n"] == 1
+
+
+def test_a_baseline_that_is_a_fifo_is_refused_not_waited_for(counting_client: pytest.Pytester) -> None:
+    import os
+
+    os.mkfifo(counting_client.path / "base.json")
+    result = counting_client.runpytest(SUITE, "--geo-mock", "--geo-baseline", "base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --geo-baseline: cannot read baseline report base.json: not a regular file "
+                                 "(a FIFO)"])

@@ -77,9 +77,11 @@ def test_non_finite_threshold_is_a_collection_error_naming_the_file(pytester: py
         suite: square
         data:
           rows: [{input: 2, expected: 4}]
-        metric: {function: "builtins:abs", dataset: rows}
+        metric: {function: "procs:same", dataset: rows}
         threshold: .nan
     """))
+    pytester.makepyfile(procs="def same(rows, expected):\n    return rows == expected\n")
+    pytester.syspathinsert()
     pytester.makepyfile(test_py=suite(threshold="float('inf')"))
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.INTERRUPTED

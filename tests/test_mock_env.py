@@ -11,9 +11,8 @@ from fake_openai import FakeOpenAI
 from conftest import GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.e2e
 
-
+@pytest.mark.plugin
 @pytest.mark.parametrize("value", ["y", "maybe", "2"])
 def test_an_unknown_mock_value_is_a_usage_error_before_any_call(served_project: GeoProject,
                                                                  monkeypatch: pytest.MonkeyPatch, value: str) -> None:
@@ -25,6 +24,7 @@ def test_an_unknown_mock_value_is_a_usage_error_before_any_call(served_project: 
     assert served_project.server.requests == []
 
 
+@pytest.mark.e2e
 def test_egeo_refuses_an_unknown_mock_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=2)
@@ -34,6 +34,7 @@ def test_egeo_refuses_an_unknown_mock_value(tmp_path: Path, monkeypatch: pytest.
     assert fake_openai.requests == []
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("value", "mock"), [("1", True), (" Yes ", True), ("off", False), ("", False), ("0", False)])
 def test_known_mock_values_still_work(served_project: GeoProject, monkeypatch: pytest.MonkeyPatch,
                                       value: str, mock: bool) -> None:

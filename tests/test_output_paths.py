@@ -14,9 +14,8 @@ import pytest
 from conftest import egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.plugin
 
-
+@pytest.mark.plugin
 @pytest.mark.parametrize(("args", "message"), [
     (["--geo-report", "data/smoke.jsonl"],
      "ERROR: --geo-report data/smoke.jsonl is the path data/smoke.jsonl, an input of the run: writing it would "
@@ -47,6 +46,7 @@ def test_an_output_that_is_an_input_or_another_output_is_a_usage_error(counting_
     assert (counting_client.path / "prompts" / "ranker_user.txt").read_bytes() == prompt
 
 
+@pytest.mark.plugin
 def test_the_baseline_is_an_input_too(counting_client: pytest.Pytester) -> None:
     counting_client.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "base.json").assert_outcomes(passed=8)
     result = counting_client.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
@@ -55,6 +55,7 @@ def test_the_baseline_is_an_input_too(counting_client: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["ERROR: --geo-report base.json is --geo-baseline base.json, an input of the run: *"])
 
 
+@pytest.mark.plugin
 def test_distinct_outputs_and_devices_are_fine(counting_client: pytest.Pytester) -> None:
     result = counting_client.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "r.json",
                                        "--geo-html", "/dev/null", "--junitxml", "j.xml")
@@ -62,6 +63,7 @@ def test_distinct_outputs_and_devices_are_fine(counting_client: pytest.Pytester)
     assert {p.name for p in counting_client.path.iterdir()} >= {"r.json", "r.transcripts.jsonl.gz", "j.xml"}
 
 
+@pytest.mark.e2e
 def test_egeo_refuses_a_report_over_its_dataset_or_the_other_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=2)
@@ -74,6 +76,7 @@ def test_egeo_refuses_a_report_over_its_dataset_or_the_other_report(
     assert (tmp_path / "rows.jsonl").read_bytes() == dataset and not (tmp_path / "x").exists()
 
 
+@pytest.mark.e2e
 def test_egeo_merge_refuses_to_write_over_a_report_it_merges(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=2)

@@ -92,11 +92,13 @@ def test_two_files_declaring_one_suite_is_a_collection_error(geo_project: pytest
 def test_python_and_yaml_suite_with_one_name(geo_project: pytest.Pytester) -> None:
     geo_project.makefile(".geo.yaml", a=textwrap.dedent("""
         suite: s
-        procedure: builtins:str
+        procedure: procs:same
         data:
           rows: [{input: 1, expected: 1}]
         metric: {builtin: exact_match, dataset: rows}
     """))
+    geo_project.makepyfile(procs="def same(x):\n    return x\n")  # a suite file names only the project's code
+    geo_project.syspathinsert()
     geo_project.makepyfile(test_s=SLOW_ROW_FAILS)
     result = geo_project.runpytest("a.geo.yaml", "test_s.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED

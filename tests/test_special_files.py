@@ -67,8 +67,10 @@ def test_suite_data_that_is_not_a_regular_file_is_a_collection_error(pytester: p
         os.mkfifo(pytester.path / "rows.jsonl")
     else:
         (pytester.path / "rows.jsonl").symlink_to("/dev/zero")
-    pytester.makefile(".geo.yaml", square="suite: square\nprocedure: builtins:str\ndata:\n  rows: rows.jsonl\n"
+    pytester.makefile(".geo.yaml", square="suite: square\nprocedure: procs:same\ndata:\n  rows: rows.jsonl\n"
                                            "metric: {builtin: exact_match, dataset: rows}\n")
+    pytester.makepyfile(procs="def same(x):\n    return x\n")  # a suite file names only the project's code
+    pytester.makeini("[pytest]\npythonpath = .\n")
     result = pytester.runpytest_subprocess("square.geo.yaml", timeout=HANG_GUARD)
     assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error
     kind = "a FIFO" if special == "fifo" else "a character device"

@@ -10,8 +10,6 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 pytest.importorskip("xdist")
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
@@ -38,6 +36,7 @@ def run_two_workers(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
                                          "--geo-report", "r.json", *extra)
 
 
+@pytest.mark.xdist
 def test_rows_from_a_set_run_once_each_under_workers_with_different_hash_seeds(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_words=SET_SUITE)
     result = run_two_workers(pytester)
@@ -47,6 +46,7 @@ def test_rows_from_a_set_run_once_each_under_workers_with_different_hash_seeds(p
     assert sorted(r["input"].strip("'") for r in report["rows"]) == WORDS
 
 
+@pytest.mark.e2e
 def test_rows_from_a_set_are_named_by_content_and_lists_by_position(pytester: pytest.Pytester,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_words=SET_SUITE + '''

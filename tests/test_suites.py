@@ -424,9 +424,10 @@ import pytest_geo
 tone_eval = pytest_geo.suite("tone", data={"rows": [("a", "a")]}, markers=["nightly"])
 tone_eval.metric("exact_match")
 ''')
+    pytester.makepyfile(procs="def same(x):\n    return x\n")  # a suite file names only the project's code
     (pytester.path / "eval").mkdir()
     (pytester.path / "eval" / "sq.geo.yaml").write_text(
-        "suite: square\nprocedure: builtins:str\nmarkers: [math]\ndata:\n  rows: rows.jsonl\nmetric:\n  builtin: exact_match\n"
+        "suite: square\nprocedure: procs:same\nmarkers: [math]\ndata:\n  rows: rows.jsonl\nmetric:\n  builtin: exact_match\n"
         "  dataset: rows\n")
     result = pytester.runpytest("--markers")
     assert result.ret == 0

@@ -1,7 +1,8 @@
 """Atomic file writes: a temporary file beside the target, then a rename, so a reader (or
 the next run, after a kill -9) sees the old file or the new one, never half of one.
 And reading input only from regular files: a FIFO would block the run, `/dev/zero` or a
-socket would feed it without end."""
+socket would feed it without end, and a /proc file (regular, of size 0) such as
+/proc/self/environ would hand the process's environment, keys included, to the run."""
 
 from __future__ import annotations
 
@@ -125,3 +126,22 @@ def open_regular(path: Path | str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The bytes of `path` if it is a plain file of at most `limit` bytes; else raise
+    NotRegularFile (a FIFO, a device, or a file giving more bytes than its size says, as
+    /proc and /sys files do) or OSError naming the size."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise OSError(f"larger than {_size(limit)} ({size:,} bytes)")
+        data = handle.read(size + 1)
+    if len(data) > size:
+        raise NotRegularFile(f"not a plain file (it gives more bytes than its size of {size} says: "
+                             "a /proc or /sys file?)")
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit:,} bytes"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_geo.templates import PromptError, from_egeo_format, placeholders
+from pytest_geo.templates import PromptError, from_egeo_format, placeholders, read_prompt_file
 
 # What each template may use, and what it must use to do its job.
 # {{candidates}} is the E-GEO harness's block format, {{candidates_json}} an indented JSON
@@ -89,15 +90,10 @@ def load_prompts(directory: Path | str) -> PromptSet:
     texts: dict[str, str | None] = {}
     for name in (*TEMPLATES, *OPTIONAL_TEMPLATES):
         path = directory / name
-        if not path.is_file():
-            if name in TEMPLATES:
-                raise PromptError(f"{path}: prompt file not found")
+        if not os.path.lexists(path) and name not in TEMPLATES:
             texts[name] = None
             continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PromptError(f"{path}: cannot read prompt file: {exc}") from None
+        text = read_prompt_file(path)
         if name in TEMPLATES:  # the meta prompts are checked where they are used (optimize-prompts)
             if name.startswith("rewriter"):
                 text = egeo_rewriting_prompt(path, text)

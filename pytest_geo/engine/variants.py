@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pytest_geo.engine.prompts import TEMPLATES, PromptSet, check_template, egeo_rewriting_prompt
 from pytest_geo.engine.styles import ATTACK_SYSTEM, is_attack
-from pytest_geo.templates import PromptError
+from pytest_geo.templates import PromptError, read_prompt_file
 
 REWRITER_FILES = ("rewriter_user.txt", "rewriter_system.txt")
 RANKER_FILES = ("ranker_system.txt", "ranker_user.txt")
@@ -47,9 +47,9 @@ class Variant:
 
 def _read(name: str, path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptError(f"variant {name}: {path}: cannot read template: {exc}") from None
+        return read_prompt_file(path)
+    except PromptError as exc:
+        raise PromptError(f"variant {name}: {exc}") from None
 
 
 def _checked(name: str, template: str, path: Path, text: str) -> str:

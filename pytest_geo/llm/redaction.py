@@ -36,9 +36,11 @@ import bisect
 import functools
 import html
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 REPLACEMENT = "[key]"
 ESCAPE = re.compile(
@@ -51,8 +53,14 @@ QUOTED_PRINTABLE = re.compile(r"=[0-9A-Fa-f]{2}|=\r?\n")
 JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 FULLWIDTH_OFFSET = 0xFEE0  # U+FF01..U+FF5E are U+0021..U+007E shifted by this
 MAX_LAYERS = 3
+KEY_ENV = "OPENAI_API_KEY"
+# A secret key's shape (the client's ANSWER_KEY_LIKE): `sk-` and 16 or more characters,
+# long enough that no prose or id in a dataset has it.
+SECRET_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
+MAY_ESCAPE = re.compile(r"[\\&%=]")  # in ASCII text, what an escape starts with
 MIN_ENCODED_SECRET = 8  # shorter, an encoded fragment of it would match unrelated text
 
+V = TypeVar("V")
 Span = tuple[int, int]
 Finder = Callable[[str], Iterable[Span]]
 
@@ -214,3 +222,38 @@ def redact(text: str, secret: str, pattern: re.Pattern[str]) -> str:
 
     spans = covered + [span for span in patterns if not overlaps_secret(span)]
     return replace_spans(text, spans) if spans else text
+
+
+class FileRedactor:
+    """The run's key, and anything shaped like a secret key, out of everything bound for a
+    file (reports, transcripts): prompts carry dataset text and prompt files, which may
+    hold a key as well as an answer may. Most strings there are plain (ids, numbers,
+    names): one scan for anything that could start a match passes them as they are."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.forms = (secret, *encoded_forms(secret)) if secret else ()
+
+    def text(self, text: str) -> str:
+        if (text.isascii() and not MAY_ESCAPE.search(text) and "sk-" not in text
+                and not any(form in text for form in self.forms)):
+            return text
+        return redact(text, self.secret, SECRET_KEY_LIKE)
+
+    def value(self, value: V) -> V:
+        """`value` with every string in it redacted (dicts and lists rebuilt, keys too)."""
+        return cast(V, self._value(value))
+
+    def _value(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self._value(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._value(item) for item in value]
+        return value
+
+
+def run_redactor() -> FileRedactor:
+    """The redactor for the run's key (OPENAI_API_KEY, where the client reads it)."""
+    return FileRedactor(os.environ.get(KEY_ENV, "").strip())

@@ -164,12 +164,17 @@ def suite_collector(parent: pytest.Collector, suite: Suite) -> SuiteCollector | 
     return SuiteCollector.from_parent(parent, name=suite.name, suite=suite)
 
 
+def project_roots(config: pytest.Config) -> list[Path]:
+    """Where a YAML suite's functions may come from: the rootdir and the pythonpath ini entries."""
+    return [config.rootpath, *(Path(p) for p in config.getini("pythonpath"))]
+
+
 class SuiteFile(pytest.File):
     """A YAML suite file (`*.geo.yaml` by default)."""
 
     def collect(self) -> Iterator[pytest.Collector]:
         try:
-            suite = load_suite_file(self.path, self.nodeid)
+            suite = load_suite_file(self.path, self.nodeid, project_roots(self.config))
         except SuiteFileError as exc:
             raise self.CollectError(str(exc)) from None
         yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)

@@ -29,6 +29,7 @@ def _conftest_suites(config: pytest.Config) -> Iterator[Suite]:
 
 
 def _yaml_suites(config: pytest.Config) -> Iterator[Suite]:
+    from pytest_geo.pytest_layer.collect import project_roots
     from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 
     patterns = config.getini("geo_suite_files")
@@ -39,6 +40,6 @@ def _yaml_suites(config: pytest.Config) -> Iterator[Suite]:
             path = Path(directory) / name
             if any(path.match(pattern) for pattern in patterns):
                 try:
-                    yield load_suite_file(path)
+                    yield load_suite_file(path, roots=project_roots(config))
                 except SuiteFileError:  # collection reports it, naming the file
                     continue

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_geo.data.files import read_regular
 from pytest_geo.report.numbers import format_p
 from pytest_geo.report.stats import Paired, paired
 
 ALPHA = 0.05
+MAX_BASELINE_BYTES = 1 << 30  # a report of a million rows; a FIFO or /dev/zero is refused outright
 
 
 class BaselineError(Exception):
@@ -24,11 +26,12 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
     path = Path(path)
     name = display or str(path)
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(read_regular(path, MAX_BASELINE_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise BaselineError(f"--geo-baseline: baseline report not found: {name}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"--geo-baseline: cannot read baseline report {name}: {exc}") from None
+        problem = getattr(exc, "strerror", None) or exc
+        raise BaselineError(f"--geo-baseline: cannot read baseline report {name}: {problem}") from None
     except json.JSONDecodeError as exc:
         raise BaselineError(f"--geo-baseline: {name} is not JSON: {exc.msg} at line {exc.lineno}") from None
     except ValueError as exc:  # a number of more digits than Python converts

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import open_atomic
+from pytest_geo.llm.redaction import run_redactor
 from pytest_geo.report.html import TranscriptSample, sample_nodeids, write_html
 from pytest_geo.report.json_report import build_report, write_json
 from pytest_geo.report.results import Results
@@ -84,7 +85,8 @@ def write_report_files(results: Results, json_path: str | None, html_path: str |
     if not json_path and not html_path:
         return []
     spool = results.spool()
-    report = build_report(results)
+    # The key out of every string (a dataset description, a prompt, a message may hold it).
+    report = run_redactor().value(build_report(results))
     report["transcripts"] = _write_transcripts(results, spool, json_path, html_path, who, flags)
     sample = _sample(report, spool)
     written = []

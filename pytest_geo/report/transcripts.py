@@ -5,7 +5,8 @@ row's results and how many calls it made (`n_calls`).
 
 At the end the spool becomes `<report>.transcripts.jsonl.gz` beside the report, and the
 HTML report reads the few rows it embeds back from it. The text is what the engine kept
-(answers redacted by the client, llm/redaction.py): nothing is added here.
+(answers redacted by the client, llm/redaction.py), with the key also taken out of the
+prompts (a dataset or a prompt file may hold it): nothing is added here.
 
 A line is `{"nodeid": ..., "calls": [...]}`, or with --geo-repeats
 `{"nodeid": ..., "repeats": [{"repeat": 0, "order": [...], "rank_before": ..., "rank_after": ...,
@@ -27,6 +28,7 @@ from typing import IO, Any
 
 from pytest_geo.data.files import open_atomic
 from pytest_geo.data.record import RowRecord
+from pytest_geo.llm.redaction import run_redactor
 
 SUFFIX = ".transcripts.jsonl.gz"
 # Transcripts repeat the same prompts row after row: the fastest level already shrinks
@@ -93,6 +95,9 @@ class TranscriptSpool:
 
     def __init__(self, keep: bool = True, copy: bool = False) -> None:
         self.keep, self.copy = keep, copy
+        # The prompts hold dataset text and prompt files: the key is taken out of them too,
+        # as the client takes it out of answers.
+        self._redactor = run_redactor()
         self.rows = 0
         self._file: IO[bytes] | None = tempfile.TemporaryFile() if keep else None  # noqa: SIM115 (closed in close())
         self._gzip: gzip.GzipFile | None = (
@@ -105,7 +110,7 @@ class TranscriptSpool:
             record = slim_copy(record)
         line = take_transcript(record)
         if line is not None and self._gzip is not None:
-            self._gzip.write(line_text(line).encode("utf-8"))
+            self._gzip.write(line_text(self._redactor.value(line)).encode("utf-8"))
             self.rows += 1
         return record
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_geo.llm.base import ChatRequest
 from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS, OUTPUT_CAP_FLAGS
-from pytest_geo.templates import PromptError, placeholders, render
+from pytest_geo.templates import PromptError, placeholders, read_prompt_file, render
 
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
@@ -130,8 +130,8 @@ def prompt(name: str, template: str | Path, *, system: str = "", optimize: bool 
             caller = sys._getframe(1).f_globals.get("__file__")
             template = (Path(caller).parent if caller else Path.cwd()) / template
         try:
-            text = template.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PromptError(f"{template}: cannot read prompt procedure {name!r}: {exc}") from None
+            text = read_prompt_file(template)
+        except PromptError as exc:
+            raise PromptError(f"{exc} (prompt procedure {name!r})") from None
         return PromptProcedure(name, text, system, optimize, template.resolve())
     return PromptProcedure(name, template, system, optimize)

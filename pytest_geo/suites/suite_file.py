@@ -1,11 +1,17 @@
 """YAML suite files: a bounded `yaml.safe_load` (safe_yaml.py), a shipped JSON Schema, and nothing executed except
-a `module:function` the file names explicitly."""
+a `module:function` the file names explicitly, from a module of the user's project: one whose file lies under the
+rootdir or a `pythonpath` entry, and not in Python's own library or an installed package (`os:system` and
+`builtins:exec` would run a command or code as the user)."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
+import importlib.util
+import site
+import sys
+import sysconfig
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +63,15 @@ def _unknown_key(error: jsonschema.ValidationError) -> str:
     return f"{shorten(field, 80)}: unknown key ({hint})"
 
 
-def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]:
+def import_object(spec: str, path: Path | str, field: str, roots: Sequence[Path] = ()) -> Callable[..., Any]:
+    """The function `spec` (`module:function`) names, if its module is the project's
+    (under one of `roots`, outside Python's library and installed packages)."""
     module_name, _, attr = spec.partition(":")
+    outside = _outside_project(module_name, roots)
+    if outside is not None:
+        raise SuiteFileError(f"{path}: {field}: {spec!r} is not a function of this project: module "
+                             f"{module_name.partition('.')[0]!r} is {outside}; a suite file may name only functions "
+                             "of modules under the rootdir or a pythonpath entry")
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except Exception as exc:
@@ -69,9 +82,47 @@ def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]
     return found
 
 
-def load_suite_file(path: Path, label: str | None = None) -> Suite:
-    """`label` names the file in messages (pytest passes its node id, relative to the rootdir)."""
+def _outside_project(module_name: str, roots: Sequence[Path]) -> str | None:
+    """Where the module's top-level package lies, in words, when that is not in the
+    project; None when it is (or is not found: importing it then says so). Found with
+    find_spec on the top-level name, which runs nothing."""
+    top = module_name.partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.origin in ("built-in", "frozen"):
+        return "built into Python"
+    places = [Path(spec.origin)] if spec.origin else []
+    places += [Path(p) for p in spec.submodule_search_locations or ()]
+    if not places:
+        return "not a file"
+    excluded = _library_dirs()
+    for place in places:
+        resolved = place.resolve()
+        if any(resolved.is_relative_to(d) for d in excluded) or not any(
+                resolved.is_relative_to(root.resolve()) for root in roots):
+            return f"at {place}"
+    return None
+
+
+def _library_dirs() -> list[Path]:
+    """Python's library and every installed-package directory (a virtualenv inside the
+    project is there too: a package installed in it is not the project's code)."""
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+             site.getusersitepackages(), *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                                             "platlib"))}
+    return [Path(d).resolve() for d in found if d]
+
+
+def load_suite_file(path: Path, label: str | None = None, roots: Sequence[Path] | None = None) -> Suite:
+    """`label` names the file in messages (pytest passes its node id, relative to the rootdir);
+    `roots`: the project's directories its functions may come from (pytest: the rootdir and
+    the pythonpath entries; by default the working directory and the file's own)."""
     shown = label or str(path)
+    roots = list(roots) if roots is not None else [Path.cwd(), path.parent]
     try:
         with open_regular(path) as handle:
             raw = handle.read(MAX_SUITE_BYTES + 1)
@@ -106,7 +157,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
             f"{shown}: procedure: missing: metric {builtin!r} compares the procedure's output with each "
             "row's expected value; add `procedure: module:function`"
         )
-    procedure = import_object(doc["procedure"], shown, "procedure") if "procedure" in doc else None
+    procedure = import_object(doc["procedure"], shown, "procedure", roots) if "procedure" in doc else None
     declared = Suite(
         name=doc["suite"],
         data=dict(doc["data"]),
@@ -124,7 +175,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
             if metric["builtin"] == GEO_METRIC:
                 return declared
         else:
-            fn = import_object(metric["function"], shown, "metric.function")
+            fn = import_object(metric["function"], shown, "metric.function", roots)
             declared.metric(fn, dataset=metric["dataset"], name=metric.get("name"))
     except SuiteError as exc:
         raise SuiteFileError(f"{shown}: {exc}") from None
