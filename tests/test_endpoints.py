@@ -357,10 +357,10 @@ def test_a_registered_provider_speaks_its_own_wire_format(pytester: pytest.Pytes
                                            "--geo-ranker-model", "msgs/ranker-m")
     result.assert_outcomes(passed=4)
     messages = servers["rewrite"].requests
-    assert len(messages) == 8 and {r["path"] for r in messages} == {"/v1/messages"}
+    assert len(messages) == 8 and {r["headers"][":path"] for r in messages} == {"/v1/messages"}
     assert sent(servers["rewrite"], "x-api-key") == ({"ranker-m"}, {"msgs-secret-3333"})
     assert {r["headers"].get("authorization") for r in messages} == {None}
-    assert {r["path"] for r in servers["default"].requests} == {"/v1/chat/completions"}
+    assert {r["headers"][":path"] for r in servers["default"].requests} == {"/v1/chat/completions"}
     assert sent(servers["default"]) == ({"gpt-4o-mini"}, {f"Bearer {DUMMY_KEY}"})
 
 
