@@ -17,8 +17,9 @@ from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
-    SuiteCollector,
     SuiteFile,
+    split_note,
+    suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
@@ -127,16 +128,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_variants(config: pytest.Config) -> None:
-    """A broken variant template stops the run at start, naming its file (the rows of a
-    run are never half scored with a strategy that cannot run)."""
-    variants = settings_of(config).variants
-    if not variants:
+    """A broken variant template, or a rewriter prompt that sees the query in a query-blind
+    run, stops the run at start, naming its file (the rows of a run are never half scored
+    with a strategy that cannot run)."""
+    settings = settings_of(config)
+    if not settings.variants and not settings.query_blind:
         return
+    from pytest_geo.engine.query_blind import check_query_blind
     from pytest_geo.engine.variants import load_variants
     from pytest_geo.templates import PromptError
 
     try:
-        load_variants(variants)
+        load_variants(settings.variants)
+        check_query_blind(settings)
     except PromptError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -180,6 +184,7 @@ def geo_header(config: pytest.Config) -> str:
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
         model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header += split_note(config)
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
@@ -219,7 +224,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
     if isinstance(obj, Suite):
-        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
+        return suite_collector(collector, obj)
     return None
 
 
@@ -263,7 +268,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
     results = results_of(config)
-    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
+    judges = [j.name for j in settings_of(config).judges]
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites, judges)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -19,6 +19,7 @@ from pytest_geo.optimize.run import (
     Outputs,
     counted_stack,
     reflection,
+    report_spend,
     search_and_write,
 )
 from pytest_geo.optimize.search import (
@@ -118,3 +119,4 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions,
         )
     finally:
         geo.close()
+        report_spend(geo, options.out)
