@@ -60,7 +60,7 @@ def test_every_ini_name_is_in_pytest_help(pytest_help: str, option: Option) -> N
 def test_every_egeo_flag_is_in_its_commands_help(capsys: pytest.CaptureFixture[str]) -> None:
     texts = {command: egeo_help(capsys, command) for command in ("evaluate", "optimize")}
     claimed = [(o.egeo, command) for o in OPTIONS if o.egeo for command in o.egeo_commands]
-    assert len(claimed) == 35 + 20
+    assert len(claimed) == 35 + 24
     for flag, command in claimed:
         assert f" {flag} " in texts[command], (flag, command)
     assert "[--sample N]" not in texts["optimize"] and "[--train PATH]" not in texts["evaluate"]
