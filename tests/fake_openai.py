@@ -282,12 +282,12 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str], path: str = "") -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
-            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(), "path": path,
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
                                   "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
@@ -592,7 +592,8 @@ class _Handler(BaseHTTPRequestHandler):
         answered = not admitted
         with server.lock:
             server.raw_bodies.append(raw)
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, self.path)
+        # The path rides as HTTP/2's pseudo-header does: which wire format a request used.
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()} | {":path": self.path})
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, copy_prompts, egeo_workdir, geo_rows
+from conftest import DUMMY_KEY, ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, copy_prompts, egeo_workdir, geo_rows
 from pytest_geo.cli import main
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
@@ -33,6 +33,7 @@ MODEL_VARIABLES = ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER
 
 # --- naming ------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_every_known_prefix_names_its_provider_s_url_and_key_variable() -> None:
     found = {}
     for name in ("openai", "openrouter", "anthropic", "gemini", "deepseek", "together", "groq", "mistral",
@@ -54,6 +55,7 @@ def test_every_known_prefix_names_its_provider_s_url_and_key_variable() -> None:
     }
 
 
+@pytest.mark.unit
 def test_only_the_first_part_is_stripped_and_unknown_first_parts_stay_whole() -> None:
     endpoint, sent = resolve("openrouter/anthropic/claude-sonnet-4.5", {})
     assert (endpoint and endpoint.name, sent) == ("openrouter", "anthropic/claude-sonnet-4.5")
@@ -62,6 +64,7 @@ def test_only_the_first_part_is_stripped_and_unknown_first_parts_stay_whole() ->
     assert resolve("ollama/", {}) == (None, "ollama/")
 
 
+@pytest.mark.unit
 def test_geo_endpoints_lines_add_endpoints_and_override_known_ones() -> None:
     endpoints = parse_endpoint_lines(["# local servers", "", "vllm = http://10.0.0.5:8000/v1/",
                                       "anthropic = http://127.0.0.1:9999/v1 MY_ANTHROPIC_KEY"])
@@ -78,12 +81,14 @@ def test_geo_endpoints_lines_add_endpoints_and_override_known_ones() -> None:
     ("vllm = http://x/v1 sk-live-123", "key variable 'sk-live-123' is not an environment variable name"),
     ("vllm = http://x/v1 KEY extra", "expected 'NAME = BASE_URL [KEY_VARIABLE]'"),
 ])
+@pytest.mark.unit
 def test_a_malformed_line_is_an_error_naming_the_line(line: str, problem: str) -> None:
     with pytest.raises(EndpointError) as caught:
         parse_endpoint_lines(["ok = http://127.0.0.1:1/v1", line])
     assert str(caught.value).startswith(f"line 2 {line!r}: {problem}")
 
 
+@pytest.mark.plugin
 def test_the_ini_option_s_malformed_line_is_a_usage_error(geo_project: pytest.Pytester) -> None:
     geo_project.makeini("[pytest]\ngeo_endpoints =\n    ok = http://127.0.0.1:1/v1\n    bad = nowhere\n")
     result = geo_project.runpytest("-p", "no:cacheprovider", "data/smoke.jsonl", "--geo-mock")
@@ -124,7 +129,7 @@ def sent(server: FakeOpenAI, header: str = "authorization") -> tuple[set[str], s
 
 
 @pytest.mark.usefixtures("endpoint_env")
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_each_role_goes_to_its_own_endpoint_with_its_own_key(pytester: pytest.Pytester,
                                                               servers: dict[str, FakeOpenAI], workers: str) -> None:
     GeoProject(pytester, servers["default"]).dataset(6)
@@ -141,6 +146,7 @@ def test_each_role_goes_to_its_own_endpoint_with_its_own_key(pytester: pytest.Py
     assert servers["default"].requests == []
 
 
+@pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
 def test_bare_and_unknown_prefixed_models_keep_the_default_server(pytester: pytest.Pytester,
                                                                   servers: dict[str, FakeOpenAI]) -> None:
@@ -158,7 +164,7 @@ def test_bare_and_unknown_prefixed_models_keep_the_default_server(pytester: pyte
 
 
 @pytest.mark.usefixtures("endpoint_env")
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_an_endpoint_that_goes_down_stops_only_its_calls_and_is_named(pytester: pytest.Pytester,
                                                                       servers: dict[str, FakeOpenAI],
                                                                       workers: str) -> None:
@@ -186,6 +192,7 @@ def _settings(servers: dict[str, FakeOpenAI], **more: object) -> Settings:
     return settings
 
 
+@pytest.mark.e2e
 @pytest.mark.usefixtures("endpoint_env")
 def test_a_failing_endpoint_fails_its_calls_while_the_others_answer(servers: dict[str, FakeOpenAI]) -> None:
     stack = build_stack(_settings(servers))
@@ -218,6 +225,7 @@ def test_a_failing_endpoint_fails_its_calls_while_the_others_answer(servers: dic
     assert set(stack.usage_by_endpoint()) == {"rank", "rewrite"}
 
 
+@pytest.mark.e2e
 @pytest.mark.usefixtures("endpoint_env")
 def test_an_endpoint_without_a_key_variable_gets_no_one_else_s_key(servers: dict[str, FakeOpenAI]) -> None:
     settings = _settings(servers)
@@ -234,6 +242,7 @@ def test_an_endpoint_without_a_key_variable_gets_no_one_else_s_key(servers: dict
     assert servers["default"].requests == []
 
 
+@pytest.mark.e2e
 @pytest.mark.usefixtures("endpoint_env")
 def test_the_budget_is_one_ledger_and_usage_is_kept_per_endpoint(servers: dict[str, FakeOpenAI], tmp_path: Path) -> None:
     """Without a ledger file the ledger lives in memory: each endpoint's calls must still
@@ -257,6 +266,7 @@ def test_the_budget_is_one_ledger_and_usage_is_kept_per_endpoint(servers: dict[s
     assert any(o.not_run for o in outcomes) and not all(o.not_run for o in outcomes)
 
 
+@pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
 def test_a_role_on_an_endpoint_without_its_key_fails_at_start_naming_it(pytester: pytest.Pytester,
                                                                         servers: dict[str, FakeOpenAI],
@@ -276,6 +286,7 @@ def test_a_role_on_an_endpoint_without_its_key_fails_at_start_naming_it(pytester
     assert [s.requests for s in servers.values()] == [[], [], []]
 
 
+@pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
 def test_the_mock_answers_every_endpoint_without_keys(geo_project: pytest.Pytester,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,6 +300,7 @@ def test_the_mock_answers_every_endpoint_without_keys(geo_project: pytest.Pytest
 
 # --- egeo ----------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 @pytest.mark.usefixtures("endpoint_env")
 def test_egeo_routes_roles_to_the_endpoints_it_is_given(servers: dict[str, FakeOpenAI], tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
@@ -311,6 +323,7 @@ def test_egeo_routes_roles_to_the_endpoints_it_is_given(servers: dict[str, FakeO
             in capsys.readouterr().err)
 
 
+@pytest.mark.e2e
 @pytest.mark.usefixtures("endpoint_env")
 def test_egeo_optimize_checks_the_optimizer_s_endpoint_at_start(servers: dict[str, FakeOpenAI], tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
@@ -325,6 +338,7 @@ def test_egeo_optimize_checks_the_optimizer_s_endpoint_at_start(servers: dict[st
     assert servers["default"].requests == []
 
 
+@pytest.mark.unit
 def test_egeo_refuses_a_malformed_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["evaluate", "--dataset", "rows.jsonl", "--endpoint", "rank=127.0.0.1:8000"])
@@ -346,7 +360,7 @@ def register_provider(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("endpoint_env")
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_registered_provider_speaks_its_own_wire_format(pytester: pytest.Pytester,
                                                           servers: dict[str, FakeOpenAI],
                                                           monkeypatch: pytest.MonkeyPatch, workers: str) -> None:
@@ -359,13 +373,14 @@ def test_a_registered_provider_speaks_its_own_wire_format(pytester: pytest.Pytes
                                            "--geo-ranker-model", "msgs/ranker-m")
     result.assert_outcomes(passed=4)
     messages = servers["rewrite"].requests
-    assert len(messages) == 8 and {r["path"] for r in messages} == {"/v1/messages"}
+    assert len(messages) == 8 and {r["headers"][":path"] for r in messages} == {"/v1/messages"}
     assert sent(servers["rewrite"], "x-api-key") == ({"ranker-m"}, {"msgs-secret-3333"})
     assert {r["headers"].get("authorization") for r in messages} == {None}
-    assert {r["path"] for r in servers["default"].requests} == {"/v1/chat/completions"}
+    assert {r["headers"][":path"] for r in servers["default"].requests} == {"/v1/chat/completions"}
     assert sent(servers["default"]) == ({"gpt-4o-mini"}, {f"Bearer {DUMMY_KEY}"})
 
 
+@pytest.mark.plugin
 def test_a_provider_that_cannot_load_is_named_at_start(geo_project: pytest.Pytester,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     site = geo_project.path / "site"
