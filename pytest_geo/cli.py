@@ -17,9 +17,11 @@ from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.judges import judges_from
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -31,7 +33,7 @@ from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
-from pytest_geo.report.output import write_report_files
+from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
@@ -69,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
     add_egeo_options(optimize, OPTIMIZE)
+    merge = commands.add_parser(
+        "merge", help="merge JSON reports of shards (--geo-shard K/N) into one report, as one run over all "
+        "their rows; prints the metrics JSON")
+    merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT", help="JSON reports (--geo-report) to merge")
+    merge.add_argument("--report", required=True, metavar="PATH", help="write the merged JSON report to PATH")
+    merge.add_argument("--html", metavar="PATH", help="also write the merged HTML report to PATH")
     init = commands.add_parser(
         "init", help="write a starter project: prompts/, an example dataset and suite, and pytest.ini"
     )
@@ -94,6 +102,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
     except ValueError as exc:
         build_parser().error(str(exc))
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
@@ -137,14 +147,14 @@ class StderrOutput:
 
 
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
-    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    """The rows --limit, --sample and --shard keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
-    if settings.sample is None:  # no names needed beyond the limit: read only that far
+    if settings.sample is None and settings.shard is None:  # no names needed beyond the limit: read only that far
         lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
         return row_names(lines), lines
     lines = list(iter_dataset(path, settings.seed))
     names = row_names(lines)
-    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed, settings.shard)
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
@@ -175,6 +185,7 @@ def evaluate(args: argparse.Namespace) -> int:
         build_parser().error("--margin needs --sequential")
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
                  "built-in table only)")
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
         return _evaluate(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
@@ -186,6 +197,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
+    inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
+              *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
+    check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
     names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
     # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
@@ -347,14 +361,32 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
     result = optimize_prompts(_settings(args), options)
     print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    return 1 if apply_refused(result) else 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    from pytest_geo.report.merge import MergeError, merge_reports
+
+    check_output_paths([("--report", args.report), ("--html", args.html)],
+                       [(f"the report {path}", Path(path)) for path in args.reports], Path.cwd())
+    try:
+        results = merge_reports(args.reports)
+    except MergeError as exc:
+        print(f"egeo: error: {exc}", file=sys.stderr)
+        return 2
+    for path in write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html")):
+        print(f"report written to {path}", file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
+    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    return 1 if results.write_errors else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -368,10 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)
+        if args.command == "merge":
+            return merge(args)
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -23,6 +23,7 @@ from pytest_geo.options import (
     positive_int,
     progress_mode,
     reasoning_effort,
+    shard,
     share,
     split_mode,
     structured_mode,
@@ -183,6 +184,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--geo-strict-facts", "a rewrite that adds facts (numbers, prices, model numbers, certifications) not "
            "in the original scores 0.0 and fails its item", action="store_true", ini="geo_strict_facts",
            ini_type="bool", ini_help="fail rows whose rewrite adds facts", setting=True),
+    Option("--geo-query-blind", "the rewriter sees only the target's own title and description, as E-GEO's rules "
+           "require: a rewriter prompt that uses the query is a usage error before any call (the packaged prompts' "
+           "rewriter gives way to the simple style)", action="store_true", shown_default="on for E-GEO data files",
+           ini="geo_query_blind", ini_type="bool", ini_help="the rewriter never sees the query (E-GEO's rule)",
+           egeo="--query-blind", setting=True),
     Option("--geo-cache-dir", "directory of the model-answer cache", metavar="DIR",
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",
@@ -200,6 +206,9 @@ OPTIONS: tuple[Option, ...] = (
            "run, under xdist and in both egeo and pytest; the others are not run (pytest deselects them)",
            type=positive_int, metavar="N", ini="geo_sample", ini_help="run N rows of each dataset drawn with the seed",
            egeo="--sample", setting=True),
+    Option("--geo-shard", "run the K-th of N shards of the rows (after {limit} and {sample}): a row's shard is a "
+           "stable hash of its dataset and name, so shards split a run across CI jobs and adding rows moves none; "
+           "merge their reports with egeo merge", type=shard, metavar="K/N", egeo="--shard", setting=True),
     Option("--geo-progress", "a status line of rows done, in flight, errors, retries, tokens, cost and ETA while "
            "rows run (egeo: on stderr), from 2 s into the run: redrawn on a terminal, a plain line at most every "
            "10 s elsewhere; auto is off under pytest -q -q", type=progress_mode, metavar="auto|on|off",

@@ -44,8 +44,20 @@ def positive_int(text: str) -> int:
     return _at_least(any_int(text), text, 1)
 
 
+def shard(text: str) -> tuple[int, int]:
+    """`K/N`: the K-th of N shards (1 <= K <= N)."""
+    k, sep, n = text.partition("/")
+    try:
+        index, count = int(k), int(n)
+    except ValueError:
+        index = count = 0
+    if not sep or not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N (the K-th of N shards)")
+    return index, count
+
+
 def concurrency(text: str) -> int | str:
-    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    """A number of rows in flight, or "auto" (adaptive, see llm/adaptive.py)."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:
@@ -60,7 +72,10 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
+    """A number above 0 that is finite: a NaN or infinite timeout would fail every call."""
     value: float = _convert(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return _at_least(value, text, 0, strict=True)
 
 

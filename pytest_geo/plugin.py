@@ -127,16 +127,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_variants(config: pytest.Config) -> None:
-    """A broken variant template stops the run at start, naming its file (the rows of a
-    run are never half scored with a strategy that cannot run)."""
-    variants = settings_of(config).variants
-    if not variants:
+    """A broken variant template, or a rewriter prompt that sees the query in a query-blind
+    run, stops the run at start, naming its file (the rows of a run are never half scored
+    with a strategy that cannot run)."""
+    settings = settings_of(config)
+    if not settings.variants and not settings.query_blind:
         return
+    from pytest_geo.engine.query_blind import check_query_blind
     from pytest_geo.engine.variants import load_variants
     from pytest_geo.templates import PromptError
 
     try:
-        load_variants(variants)
+        load_variants(settings.variants)
+        check_query_blind(settings)
     except PromptError as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -16,6 +16,7 @@ from pytest_geo.price import Price
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
+FALSY = frozenset({"", "0", "false", "no", "off"})
 DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256
@@ -55,8 +56,16 @@ def connection_help(prefix: str) -> str:
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    value = (environ if environ is not None else os.environ).get(name, "")
-    return value.strip().lower() in TRUTHY
+    """A yes/no variable. A value that is neither (`y`, `maybe`, `2`) is refused: read as
+    "no", `GEO_EVAL_MOCK=y` would run a real, paid run where the user asked for the mock."""
+    raw = (environ if environ is not None else os.environ).get(name, "")
+    value = raw.strip().lower()
+    if value in TRUTHY:
+        return True
+    if value in FALSY:
+        return False
+    raise SettingError(f"{name}={raw!r} is neither yes ({', '.join(sorted(TRUTHY))}) "
+                       f"nor no ({', '.join(sorted(FALSY - {''}))}, or unset)")
 
 
 def mock_from_env() -> bool:
@@ -116,7 +125,7 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
-    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
@@ -127,9 +136,11 @@ class Settings:
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
+    query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards of the rows (data/sampling.py)
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter

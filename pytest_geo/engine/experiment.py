@@ -6,7 +6,7 @@ import asyncio
 import functools
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,8 +26,7 @@ from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
-from pytest_geo.frozen import filled
-from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
+from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.scoring import Score
 from pytest_geo.templates import placeholders, render
 
@@ -248,7 +247,7 @@ class GeoEngine:
             temperature = judge.temperature if judge.temperature is not None else temperature
             cap = judge.max_output_tokens or cap
         for attempt in range(self.reasks + 1):
-            request = chat_request(role, model, tuple(messages), temperature, context, cap, schema)
+            request = ChatRequest(role, model, tuple(messages), temperature, context, cap, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if judge is not None:
@@ -375,60 +374,35 @@ class GeoEngine:
         calls = (*before_calls, *rewrite_calls, *after_calls)
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
-        return _outcome(row.query_id, row.target_id, before, after, rewritten, error, violations, calls, not_run)
-
-
-def _outcome(query_id: str | None, target_id: str, rank_before: int | None, rank_after: int | None,
-             rewritten_description: str | None, error: str | None, fact_violations: tuple[str, ...],
-             calls: tuple[ModelCall, ...], not_run: bool) -> GeoOutcome:
-    """`GeoOutcome(...)` of a row's run (no notes), `filled` in directly: one a row."""
-    return filled(GeoOutcome, {"query_id": query_id, "target_id": target_id, "rank_before": rank_before,
-                               "rank_after": rank_after, "rewritten_description": rewritten_description,
-                               "error": error, "notes": (), "fact_violations": fact_violations, "calls": calls,
-                               "not_run": not_run})
+        return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
+                          fact_violations=violations, calls=calls, not_run=not_run)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Both at once: `first` in a task of its own, `second` in the caller's task (one task
-    and no `asyncio.wait` a row: on the mock those cost more than a model call), started
-    in the order two tasks would start (`first`, then `second`, a row after another: the
-    order requests reach the server, a batch or the budget). When one fails the other is
-    cancelled: `asyncio.gather` would leave it running, still sending calls (and
-    retries) for a row that has already failed. When both fail, `first`'s error is raised."""
-    this = asyncio.current_task()
-    if this is None:
-        raise RuntimeError("together() runs inside a task")
-    one = asyncio.ensure_future(first)
-    second_running = True
-    stopped = False
-
-    def stop_second(task: asyncio.Future[A]) -> None:  # `first` failed while `second` runs here
-        nonlocal stopped
-        if second_running and not task.cancelled() and task.exception() is not None:
-            stopped = True
-            this.cancel()
-
-    one.add_done_callback(stop_second)
-    started = False
+    """Both at once, in a task group, `first` started first (the order requests reach the
+    server, a batch or the budget). When one fails the other is cancelled
+    (`asyncio.gather` would leave it running, still sending calls and retries for a row
+    that has already failed) and its error is raised as itself; `first`'s when both fail."""
     try:
-        await asyncio.sleep(0)  # `first` takes its first step, where a task started now would
-        started = True
-        two = await second
-    except BaseException as exc:
-        second_running = False
-        if not started and inspect.iscoroutine(second):
-            second.close()  # never started: no "never awaited" warning
-        # Cancelled by stop_second alone (not the row itself): `first` failed, and its error is the row's.
-        ours = stopped and this.uncancel() == 0
-        if not one.done():
-            one.cancel()
-        await asyncio.wait((one,))
-        error = None if one.cancelled() else one.exception()  # retrieved either way: asyncio logs one left unread
-        if error is not None and (ours or not isinstance(exc, asyncio.CancelledError)):
-            raise error from None
-        raise  # `second`'s own error, or the row's cancellation
-    second_running = False
-    return await one, two
+        async with asyncio.TaskGroup() as group:
+            one = group.create_task(_coroutine(first))
+            two = group.create_task(_coroutine(second))
+    except ExceptionGroup as failed:
+        errors = [task.exception() for task in (one, two) if task.done() and not task.cancelled()]
+        raise next((error for error in errors if error is not None), failed.exceptions[0]) from None
+    return one.result(), two.result()
+
+
+def _coroutine(awaitable: Awaitable[T]) -> Coroutine[Any, Any, T]:
+    """A coroutine as it is (one cancelled before it started is then not "never awaited"),
+    any other awaitable (a shared future) in one."""
+    if inspect.iscoroutine(awaitable):
+        return awaitable
+    return _awaited(awaitable)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def fact_violations(row: GeoRow, rewritten: str) -> tuple[str, ...]:

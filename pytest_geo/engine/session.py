@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, RowKey
-from pytest_geo.engine.adaptive import ConcurrencyStats
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
@@ -19,11 +19,12 @@ from pytest_geo.engine.experiment import (
 from pytest_geo.engine.judges import load as load_judges
 from pytest_geo.engine.panel import run_panel, shared_before
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
-from pytest_geo.engine.prompts import PromptSet, load_prompts
-from pytest_geo.engine.row_future import RowFuture
+from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.query_blind import run_prompts
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.engine.variants import load_variants
+from pytest_geo.llm.adaptive import ConcurrencyStats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.stack import ClientStack, build_stack
 from pytest_geo.llm.usage import UsageTable
@@ -51,13 +52,13 @@ class GeoSession:
         self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
         self.rows = RowTracker()  # rows started, finished, errored and not run, for the progress line
-        self._futures: dict[RowKey, RowFuture[Outcome]] = {}
+        self._futures: dict[RowKey, Future[Outcome]] = {}
         self.shared_ranks = SharedRanks()  # rank_before per row, shared by its variants
 
     @functools.cached_property
     def prompts(self) -> PromptSet:
         """The E-GEO prompt set; raises PromptError when it is missing or broken."""
-        return load_prompts(self.settings.prompts_dir)
+        return run_prompts(self.settings)
 
     @functools.cached_property
     def engine(self) -> GeoEngine:
@@ -72,11 +73,11 @@ class GeoSession:
         raises PromptError naming the variant's file."""
         return {v.name: v.prompts(self.prompts) for v in load_variants(self.settings.variants)}
 
-    def schedule(self, row: GeoRow) -> RowFuture[Outcome]:
+    def schedule(self, row: GeoRow) -> Future[Outcome]:
         future = self._futures.get(row.key)
         return future if future is not None else self.schedule_many([row])[0]
 
-    def schedule_many(self, rows: Iterable[GeoRow]) -> list[RowFuture[Outcome]]:
+    def schedule_many(self, rows: Iterable[GeoRow]) -> list[Future[Outcome]]:
         """Schedule rows not yet scheduled, with one hand-over to the runner's loop."""
         rows = list(rows)
         fresh = [row for row in rows if row.key not in self._futures]
@@ -90,13 +91,13 @@ class GeoSession:
                 future.add_done_callback(functools.partial(self._variant_done, row))
         return [self._futures[row.key] for row in rows]
 
-    def _variant_done(self, row: GeoRow, _: RowFuture[Outcome]) -> None:
+    def _variant_done(self, row: GeoRow, _: Future[Outcome]) -> None:
         self.shared_ranks.release(row)  # finished, failed or cancelled: one user fewer
 
-    def scheduled(self, row: GeoRow) -> RowFuture[Outcome] | None:
+    def scheduled(self, row: GeoRow) -> Future[Outcome] | None:
         return self._futures.get(row.key)
 
-    def needed(self, row: GeoRow) -> RowFuture[Outcome]:
+    def needed(self, row: GeoRow) -> Future[Outcome]:
         """The row's future, for a caller about to wait on it: scheduled if nobody did,
         and started now if it is still queued behind the runner's window."""
         future = self.schedule(row)

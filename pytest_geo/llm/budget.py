@@ -3,7 +3,8 @@
 Before a call is sent it reserves its worst case: an upper bound of its prompt's tokens
 (`prompt_token_bound`) plus its output-token cap, priced at its model's list price (the
 Batch API's discount included). When the answer comes the reservation is replaced by what
-the server reported. A call whose worst case would cross the limit waits while other calls
+the server reported (an answer without believable usage keeps its worst case, charged as
+unknown). A call whose worst case would cross the limit waits while other calls
 hold reservations (their answers usually cost less, and free the difference); once it
 could not fit even if every reservation were released, the budget is reached: that call
 and every later one raise BudgetReached (a ServerUnusable, so its row counts as not run).
@@ -71,6 +72,13 @@ def output_cap(request: ChatRequest) -> int | None:
     return min(caps) if caps else None
 
 
+def reserved_cap(request: ChatRequest) -> int:
+    """The output tokens reserved for `request`: the cap it is sent with; else, when the
+    server refused the cap's parameter and healing took it off (llm/healing.py), the cap
+    the caller asked for, which the answer's usage is then checked against."""
+    return output_cap(request) or request.max_output_tokens or DEFAULT_OUTPUT_CAP
+
+
 def with_output_cap(request: ChatRequest, cap: int) -> ChatRequest:
     """`request` sent with `cap` output tokens, under the name its model's family takes. Set
     here, below the cache, so the cache keys on the body as the caller shaped it."""
@@ -102,7 +110,7 @@ class BudgetClient:
 
     def worst_case(self, request: ChatRequest) -> Cost:
         prompt = prompt_token_bound(request)
-        cap = output_cap(request) or 0
+        cap = reserved_cap(request)
         price = self.prices.get(request.model)
         nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles) if price is not None else 0
         return Cost(nanousd, prompt + cap)
@@ -114,7 +122,7 @@ class BudgetClient:
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        if output_cap(request) is None:
+        if request.max_output_tokens is None:  # no cap asked for (a caller of the engine): the layer's
             request = with_output_cap(request, DEFAULT_OUTPUT_CAP)
         limits = self.ledger.limits
         if limits.nanousd is not None and limits.tokens is None and request.model not in self.prices:
@@ -132,6 +140,9 @@ class BudgetClient:
         except BaseException:  # cancelled in flight, or a client that raised: maybe billed
             self._settle(worst, None)
             raise
+        if not response.usage_reported:  # what it cost is unknown: charged its worst case
+            self._settle(worst, None)
+            return response
         actual = self.actual(request, response)
         self._settle(worst, actual, lambda: (
             f"budget stopped: a {request.role} call to {request.model} was billed {describe(actual)}, more than "
@@ -183,7 +194,7 @@ class BudgetClient:
         else:
             need, have = f"{worst.tokens:,} tokens", f"{max(left.tokens, 0):,} of {limits.tokens or 0:,} tokens"
         return (f"budget reached: a {request.role} call to {request.model} may cost up to {need} (its prompt "
-                f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left")
+                f"and the {reserved_cap(request):,}-token output cap), and {have} is left")
 
     async def aclose(self) -> None:
         try:

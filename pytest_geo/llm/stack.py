@@ -8,7 +8,7 @@
     Breaker    stops calling a server that cannot serve the run (llm/breaker.py)
     Budget     --geo-budget: reserves each call's worst case before it is sent (llm/budget.py)
     Bounded    at most N requests in flight, N moved by the concurrency controller
-               (engine/runner.py, engine/adaptive.py)
+               (llm/bounded.py, llm/adaptive.py)
     Batch      --geo-batch: the calls go through the Batch API (llm/batch.py)
     backend    the OpenAI SDK client, the mock, or a client a conftest gave
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pytest_geo.engine.adaptive import Controller, controller_for
-from pytest_geo.engine.runner import BoundedClient
+from pytest_geo.llm.adaptive import Controller, controller_for
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.bounded import BoundedClient
 from pytest_geo.llm.breaker import Breaker
 from pytest_geo.llm.budget import with_budget
 from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache

@@ -152,7 +152,7 @@ class SuiteItem(GeoItem):
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
         if score.error:
-            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.name}: {score.feedback}")
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.engine.judges import Judge, judges_from
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
 from pytest_geo.options import judge, variant, variant_model
@@ -57,11 +58,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["prices"] = _prices(config)
     given["variants"], given["variant_models"] = variant_paths(config)
     given["judges"] = judge_list(config)
+    given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)
     except SettingError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _names_egeo_data(config: pytest.Config) -> bool:
+    """Whether the run names an E-GEO data file, whose rules make it query-blind."""
+    named = [*config.getoption("geo_dataset"), *map(str, config.getini("geo_datasets")), *config.args]
+    return any(is_egeo_data(name.split("::")[0]) for name in named)
 
 
 def _prices(config: pytest.Config) -> dict[str, Price]:
@@ -157,6 +165,30 @@ def check_report_paths(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{flag}: cannot write {value}: {parent} is not a directory")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
+    from pytest_geo.report.output import OutputPathError, check_output_paths
+
+    try:
+        reports = [("--geo-report", config.getoption("geo_report")), ("--geo-html", config.getoption("geo_html"))]
+        check_output_paths(reports, run_inputs(config), config.invocation_params.dir,
+                           others=[("--junitxml", config.option.xmlpath)])
+    except OutputPathError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def run_inputs(config: pytest.Config) -> list[tuple[str, Path]]:
+    """The files a run reads that a report path must not name: the paths given (datasets,
+    test files), the baseline, the prompt files and the variants' templates."""
+    here = config.invocation_params.dir
+    found = [(f"the path {arg}", here / arg.split("::")[0]) for arg in config.args]
+    baseline = config.getoption("geo_baseline")
+    if baseline:
+        found.append((f"--geo-baseline {baseline}", here / baseline))
+    from pytest_geo.pytest_layer.state import settings_of
+    from pytest_geo.report.output import prompt_inputs
+
+    settings = settings_of(config)
+    found += prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])
+    return [(what, path) for what, path in found if path.is_file()]
 
 
 def answer_cache_dir(config: pytest.Config) -> Path | None:

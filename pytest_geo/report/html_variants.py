@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
+from pytest_geo.report.stopping import not_spent
 from pytest_geo.report.viewer_data import script_json
 
 
@@ -119,12 +120,11 @@ def sequential_section(report: Mapping[str, Any]) -> list[str]:
         return []
     parts = ["<h2>Sequential comparisons</h2>"]
     for e in entries:
-        saved = e.get("dollars_not_spent")
         parts.append(f'<p class="meta">{escape(e["suite"])} [{escape(e["split"])}] '
                      f'{"against the baseline" if e["kind"] == "baseline" else "variants"}: '
                      f'{"decided" if e["decided"] else "undecided"} after {e["rows_used"]} of '
                      f'{e["rows_available"]} rows ({e["rows_run"]} ran); '
-                     f'{escape(f"${saved:.4f}" if saved is not None else "unknown")} not spent. '
+                     f'{escape(not_spent(e))}. '
                      f'Guarantee: {escape(e["guarantee"])}.</p>')
         rows = ["<tr>" + _td(p["verdict"]) + _td(str(p["decided_after"] or ""), "num") + _td(str(p["n"]), "num")
                 + _num(p["mean_diff"], sign=True) + _td(format_ci(p["interval"]), "num") + "</tr>"
