@@ -47,6 +47,7 @@ def judges_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["nodeid"]: row["judges"] for row in data["rows"]}
 
 
+@pytest.mark.plugin
 def test_three_judges_make_j_plus_1_plus_j_calls_a_row_and_a_rerun_none(served_project: GeoProject) -> None:
     served_project.dataset(3)
     args = ("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b", "--geo-judge", "c=m-c")
@@ -58,6 +59,7 @@ def test_three_judges_make_j_plus_1_plus_j_calls_a_row_and_a_rerun_none(served_p
     assert served_project.server.requests == []  # every answer from the cache
 
 
+@pytest.mark.plugin
 def test_judges_and_variants_make_j_plus_v_plus_jv_calls_a_row(served_project: GeoProject) -> None:
     """3 judges, 2 variants (one with its own rewriter model): 3 + 2 + 6 calls a row."""
     served_project.dataset(2)
@@ -81,6 +83,7 @@ def test_judges_and_variants_make_j_plus_v_plus_jv_calls_a_row(served_project: G
     assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
 
 
+@pytest.mark.plugin
 def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> None:
     served_project.dataset(3)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
@@ -115,6 +118,7 @@ def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> Non
     assert '"judge":"b"' in html  # each call says whose it is
 
 
+@pytest.mark.plugin
 def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) -> None:
     served_project.dataset(2)
     (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
@@ -124,6 +128,7 @@ def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) ->
                                               ("m2", "rewrite"): 2}
 
 
+@pytest.mark.plugin
 def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served_project: GeoProject) -> None:
     served_project.dataset(2)
     served_project.server.fault_for = lambda body: "500" if body["model"] == "m-bad" else None
@@ -143,6 +148,7 @@ def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served
     assert suite["agreement"]["direction_rows"] == 0 and suite["agreement"]["direction_agreement"] is None
 
 
+@pytest.mark.plugin
 def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_project: GeoProject) -> None:
     served_project.dataset(2)
     judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-judge", "c=m-c")
@@ -157,6 +163,7 @@ def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_proj
     result.stderr.fnmatch_lines(["*--geo-min-score: 'rows.jsonl@zz': no judge named 'zz' (judges: a, b, c)*"])
 
 
+@pytest.mark.plugin
 def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -> None:
     """The panel changes nothing about how one judge is asked: the same requests, the
     same ranks per row as in a run of its own."""
@@ -176,6 +183,7 @@ def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -
     assert single["rows.jsonl::r2"]["b"]["rank_improvement"] == -2
 
 
+@pytest.mark.plugin
 def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: GeoProject) -> None:
     served_project.dataset(2)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
@@ -189,6 +197,7 @@ def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: 
     assert data["suites"][0]["panel"]["avg_rank_improvement"] == 0.0
 
 
+@pytest.mark.plugin
 def test_judges_against_a_baseline(served_project: GeoProject) -> None:
     served_project.dataset(3)
     judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b")
@@ -206,6 +215,7 @@ def test_judges_against_a_baseline(served_project: GeoProject) -> None:
                        "--geo-baseline-force").assert_outcomes(passed=3)
 
 
+@pytest.mark.plugin
 def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -> None:
     """Each call reserves its worst case (its prompt and the 4,096-token cap, about 5,400
     tokens) and a row spends about 1,400: the budget stops the run after two rows, and
@@ -222,6 +232,7 @@ def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -
     assert report(served_project)["budget"]["reached"]
 
 
+@pytest.mark.plugin
 def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
     served_project.dataset(6)
     (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
@@ -235,6 +246,7 @@ def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
     assert data["variants"][0]["matrix"]["keep"]["panel"]["mean"] == 0.0
 
 
+@pytest.mark.e2e
 def test_egeo_judge_prints_per_judge_panel_and_agreement(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -256,6 +268,7 @@ def test_egeo_judge_prints_per_judge_panel_and_agreement(
     assert "  judge b: n=2 avg_rank_improvement=-2.0000 win_rate=0.0000 stderr_rank_improvement=0.0000" in err
 
 
+@pytest.mark.plugin
 def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_project: GeoProject) -> None:
     served_project.dataset(1)
     system = (served_project.pytester.path / "prompts" / "ranker_system.txt").read_text(encoding="utf-8")
@@ -268,6 +281,7 @@ def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_proj
     assert sent == {("m-a", False, 0, 4096), ("m-b", True, 0.5, 2000), ("gpt-4o-mini", False, 0, 4096)}
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("flag", "message"), [
     ("a", "*argument --geo-judge: 'a' is not NAME=MODEL*"),
     ("a b=m", "*judge name 'a b' may use only letters*"),
@@ -280,6 +294,7 @@ def test_a_bad_judge_is_a_usage_error(served_project: GeoProject, flag: str, mes
     result.stderr.fnmatch_lines([message])
 
 
+@pytest.mark.plugin
 def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_project: GeoProject) -> None:
     served_project.dataset(1)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m", "--geo-judge", "a=n")
@@ -290,6 +305,7 @@ def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_pr
     result.stderr.fnmatch_lines(["*judge a: *nowhere.txt: cannot read the system template*"])
 
 
+@pytest.mark.xdist
 def test_judges_under_xdist_aggregate_on_the_controller(
         pytester: pytest.Pytester, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
