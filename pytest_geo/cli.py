@@ -10,7 +10,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
+from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
@@ -50,6 +51,7 @@ from pytest_geo.settings import (
     Settings,
     build_settings,
     connection_help,
+    describe_prompts,
     find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
@@ -85,33 +87,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) -> Settings:
     """The settings the command's flags give; the flags another command has keep their defaults.
-    Only evaluate has cache flags: optimize counts requests under the cache and so is never
-    cached (see README)."""
+    `project`: the pytest configuration whose geo_prompts applies when --prompts is not given."""
     given = {option.key: getattr(args, option.key, None) for option in OPTIONS if option.setting}
     cache_dir = _cache_dir(args)
+    ini_prompts = project.get("geo_prompts") if project is not None else []
     given |= {
-        "prompts_dir": find_prompts_dir(args.prompts),
+        "prompts_dir": find_prompts_dir(args.prompts, ini_prompts[0] if ini_prompts else None,
+                                        project.rootdir if project is not None else None),
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
     given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
     try:
         given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
     except ValueError as exc:
         build_parser().error(str(exc))
-    # E-GEO's data comes with its rule: the rewriter never sees the query.
-    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
-def _cache_dir(args: argparse.Namespace) -> Path | None:
-    """evaluate's answer cache (None under optimize, which has no cache flags)."""
-    if args.command != EVALUATE:
-        return None
+def _cache_dir(args: argparse.Namespace) -> Path:
     return Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIR
 
 
@@ -178,19 +179,38 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | No
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    project = find_config()
+    found = ""
+    if args.dataset is None:
+        args.dataset, source = project_dataset(project)
+        found = f" (from {source})"
+    settings = _settings(args, project)
+    args.reads = f"egeo: dataset {args.dataset}{found}; prompts {describe_prompts(settings.prompts_dir)}"
     if settings.sequential and len(settings.variants) < 2:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
         build_parser().error("--margin needs --sequential")
+    return _with_budget(args, settings, _evaluate)
+
+
+def _ready_cache(args: argparse.Namespace, settings: Settings) -> None:
+    """pytest's cache directory, git-ignored as pytest makes it, when the answers go there."""
+    if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
+        make_ignored_pytest_cache(PYTEST_CACHE)
+
+
+def _with_budget(args: argparse.Namespace, settings: Settings,
+                 command: Callable[[argparse.Namespace, Settings], int]) -> int:
+    """`command` under the run's budget (a ledger for its calls)."""
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)")
+                 "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
+                 else ("ranker", "rewriter"))
     check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
-        return _evaluate(args, settings)
+        return command(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
     try:
-        return _evaluate(args, settings)
+        return command(args, settings)
     finally:
         ledger.unlink(missing_ok=True)
 
@@ -221,8 +241,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
-        if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
-            make_ignored_pytest_cache(PYTEST_CACHE)
+        _ready_cache(args, settings)
+        print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
         display = _progress(settings)
         # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
         for batch in _rounds(named_rows, monitor):
@@ -366,9 +386,17 @@ def optimize_prompts(args: argparse.Namespace) -> int:
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
-    result = optimize_prompts(_settings(args), options)
-    print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 1 if apply_refused(result) else 0
+    results: list[dict[str, Any]] = []
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        _ready_cache(args, settings)
+        results.append(optimize_prompts(settings, options))
+        status = budget_status(settings)
+        return 1 if status is not None and status.reached is not None else 0  # stopped short: the search was cut
+
+    code = _with_budget(args, _settings(args), run)
+    print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
+    return code or (1 if apply_refused(results[0]) else 0)
 
 
 def merge(args: argparse.Namespace) -> int:
@@ -405,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError,
+            ProjectConfigError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
+from pytest_geo.llm.endpoints import endpoint_flag
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT
 from pytest_geo.options import (
     alpha,
@@ -110,8 +111,9 @@ OPTIONS: tuple[Option, ...] = (
            "kept for a dataset anywhere. The ini's datasets are added to any run",
            action="append", default=[], metavar="PATH", ini="geo_datasets", ini_type="paths",
            ini_help="GEO JSONL datasets, relative to the rootdir", egeo="--dataset",
-           egeo_help="GEO JSONL dataset",
-           egeo_kwargs={"required": True, "action": "store", "default": None, "type": Path}),
+           egeo_help="GEO JSONL dataset (default: the project's, as pytest runs it: geo_datasets in its pytest "
+           "configuration, else the dataset its YAML suite scores by rank_improvement)",
+           egeo_kwargs={"action": "store", "default": None, "type": Path}),
     Option("--geo-mock", "the deterministic offline mock model for every role; no network, no key",
            action="store_true", default=False, env=MOCK_ENV, egeo="--mock",
            egeo_commands=BOTH, setting=True),
@@ -168,7 +170,8 @@ OPTIONS: tuple[Option, ...] = (
            egeo="--max-retries", setting=True),
     Option("--geo-max-output-tokens", "most tokens of each answer, sent on every model call (as max_tokens); an "
            "answer cut at it fails its row", type=positive_int, metavar="N",
-           shown_default=str(DEFAULT_MAX_OUTPUT_TOKENS), ini="geo_max_output_tokens",
+           shown_default=f"sized to each answer for models that do not reason, else {DEFAULT_MAX_OUTPUT_TOKENS}",
+           ini="geo_max_output_tokens",
            ini_help="most tokens of each answer, sent on every model call", egeo="--max-output-tokens",
            egeo_commands=BOTH, setting=True),
     Option("--geo-split", "suite rows to score: test (test_data, else data), train (data), or all (both, "
@@ -193,9 +196,10 @@ OPTIONS: tuple[Option, ...] = (
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",
            egeo_help="model-answer cache (default: .pytest_cache/d/geo, the pytest plugin's default when this "
-           "directory is pytest's rootdir, so the two share answers); the mock is never cached"),
+           "directory is pytest's rootdir, so the two share answers); the mock is never cached",
+           egeo_commands=BOTH),
     Option("--geo-no-cache", "neither read nor write the model-answer cache", action="store_true", default=False,
-           egeo="--no-cache"),
+           egeo="--no-cache", egeo_commands=BOTH),
     Option("--geo-repeats", "run each GEO row K times, each with its own seeded candidate order, and average "
            "them", type=positive_int, metavar="K", shown_default="1", ini="geo_repeats",
            ini_help="runs of each GEO row, each with its own candidate order", egeo="--repeats", setting=True),
@@ -218,11 +222,12 @@ OPTIONS: tuple[Option, ...] = (
            "case (prompt and output-token cap) before it is sent, and a call that would cross the budget is not "
            "sent; the rows it leaves are not run and the run fails (pytest: pytest-geo::budget fails; shared "
            "by xdist workers)", type=dollars, metavar="DOLLARS", ini="geo_budget",
-           ini_help="most dollars to spend on model calls, at list prices", egeo="--budget", setting=True),
+           ini_help="most dollars to spend on model calls, at list prices", egeo="--budget", egeo_commands=BOTH,
+           setting=True),
     Option("--geo-budget-tokens", "the same bound in tokens (prompt and answer); for models without a price, or "
            "together with {budget} (both hold)", type=positive_int, metavar="N", ini="geo_budget_tokens",
            ini_help="most tokens (prompt and answer) to spend on model calls", egeo="--budget-tokens",
-           setting=True),
+           egeo_commands=BOTH, setting=True),
     Option("--geo-baseline", "compare this run with an earlier {report} JSON file", metavar="PATH"),
     Option("--geo-baseline-force", "compare with a baseline made with the mock against a real model, or with "
            "other models (refused otherwise)", action="store_true", default=False),
@@ -261,6 +266,13 @@ OPTIONS: tuple[Option, ...] = (
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
            "output_per_million' a line", ini="geo_prices", ini_type="linelist"),
+    Option(None, "servers a model names by its prefix (NAME/model), added to or overriding the known providers "
+           "(openai, openrouter, anthropic, gemini, deepseek, together, groq, mistral, fireworks, ollama): one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line in the ini, egeo's --endpoint NAME=URL[,KEY_VARIABLE] "
+           "repeatable; no key variable: the server takes no key",
+           type=endpoint_flag, action="append", default=[], metavar="NAME=URL[,KEYVAR]", ini="geo_endpoints",
+           ini_type="linelist", ini_help="servers a model names by its prefix (NAME/model), one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line", egeo="--endpoint", egeo_commands=BOTH),
     # egeo only
     Option(None, "print one JSON line per row before the metrics", action="store_true", default=False,
            egeo="--verbose"),

@@ -17,8 +17,9 @@ from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
-    SuiteCollector,
     SuiteFile,
+    split_note,
+    suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
@@ -71,7 +72,7 @@ from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
-from pytest_geo.settings import describe_prompts
+from pytest_geo.settings import Settings, describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -181,7 +182,9 @@ def geo_header(config: pytest.Config) -> str:
     else:
         host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
+        model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header += split_note(config)
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
@@ -189,6 +192,22 @@ def geo_header(config: pytest.Config) -> str:
     if changes:  # an earlier run learned them from this server (llm/lessons.py)
         header += "; requests as the server accepts them: " + "; ".join(changes)
     return header
+
+
+def endpoints_named(settings: Settings) -> str:
+    """`, endpoint NAME (host)` for each endpoint the ranker's and rewriter's models name."""
+    from pytest_geo.llm.endpoints import EndpointError, describe, resolve
+    from pytest_geo.llm.providers import ProviderError
+
+    named = []
+    for role in ("ranker", "rewriter"):
+        try:
+            endpoint = resolve(settings.models[role], settings.endpoints)[0]
+        except (EndpointError, ProviderError):  # said when the run starts
+            continue
+        if endpoint is not None and describe(endpoint) not in named:
+            named.append(describe(endpoint))
+    return "".join(f", {name}" for name in named)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -205,7 +224,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
     if isinstance(obj, Suite):
-        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
+        return suite_collector(collector, obj)
     return None
 
 

@@ -8,11 +8,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_geo.engine.judges import Judge
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, server_is_local
 from pytest_geo.price import Price
+
+if TYPE_CHECKING:
+    from pytest_geo.llm.endpoints import Endpoint
 
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
@@ -122,7 +125,11 @@ class Settings:
     reasoning_effort: str | None = None  # --geo-reasoning-effort, for models that take it
     structured: str = "auto"  # --geo-structured: ask for JSON Schema answers (auto, on, off)
     base_url: str | None = None
+    # Servers a model names by its prefix (`NAME/model`, llm/endpoints.py): geo_endpoints
+    # or egeo --endpoint, added to or overriding the known providers.
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
+    timeout_given: bool = False  # by a flag, the ini or the environment: every endpoint keeps it
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
     # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
@@ -130,7 +137,9 @@ class Settings:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # each answer's token cap, sent on every call
+    # each answer's token cap, sent on every call; None: sized to the answer where the model
+    # does not reason (llm/profiles.py sized_cap), else DEFAULT_MAX_OUTPUT_TOKENS
+    max_output_tokens: int | None = None
     front_end: str = "pytest"  # "egeo" when the egeo command runs: messages name its flags
     cache_dir: Path | None = None
     use_cache: bool = True
@@ -181,7 +190,11 @@ def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | 
             settings.models[role] = model
     local = not settings.mock and server_is_local(settings.base_url)
     if given.get("timeout") is None:
-        settings.timeout = timeout_from_env() or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
+        from_env = timeout_from_env()
+        settings.timeout_given = from_env is not None
+        settings.timeout = from_env or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
+    else:
+        settings.timeout_given = True
     if local:
         settings.start_concurrency = LOCAL_START_CONCURRENCY
     return settings

@@ -41,6 +41,11 @@ without it refuses it (400 `unsupported_parameter`). An answer longer than `max_
 answer and token counts are not text and numbers; "json_as_text": a good answer served as
 `text/plain`.
 
+Another wire format (`/messages`, shaped like Anthropic's Messages API: `system` apart,
+`max_tokens`, the key in `x-api-key`, the answer in `content[0].text` and usage as
+`input_tokens`/`output_tokens`), answered with the same logic: what a provider that does
+not speak the OpenAI protocol talks to (llm/providers.py).
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -84,10 +89,10 @@ RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking"
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description unchanged
-REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
 HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and the answer
 MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
 GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
 
 
 class RateLimit:
@@ -269,12 +274,12 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str], path: str = "") -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
-            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(), "path": path,
                                   "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
@@ -292,6 +297,9 @@ class FakeOpenAI(ThreadingHTTPServer):
         with self.lock:
             if self.rate_limit is not None:
                 self.rate_limit.answered()
+
+
+CURRENT_PROMPT = re.compile(r"<<<\n(.*)\n>>>", re.S)  # the meta prompt's current template
 
 
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
@@ -322,6 +330,10 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         if fault == "echo_key":  # the key, \u-escaped, as one more id
             return '{"ordered_ids": ' + json.dumps(ordered)[:-1] + ', "' + key_forms(_key(headers))[1] + '"]}'
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+    if '"new_prompt"' in system:  # the meta-optimizer: the current template, one line added
+        current = CURRENT_PROMPT.search(user)
+        new = (current.group(1) if current else "") + "\nLead with the words of the query."
+        return json.dumps({"new_prompt": new, "rationale": "queries match better"})
     description = DESCRIPTION.search(user)
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})
@@ -572,7 +584,7 @@ class _Handler(BaseHTTPRequestHandler):
         answered = not admitted
         with server.lock:
             server.raw_bodies.append(raw)
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, self.path)
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
@@ -591,6 +603,9 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(server.latency)
             server._answered()
             answered = True
+            if parts[-1] == "messages":
+                self._messages(body, fault)
+                return
             if fault == "drop":
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -697,6 +712,21 @@ class _Handler(BaseHTTPRequestHandler):
         while time.monotonic() < until:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         self.close_connection = True
+
+    def _messages(self, body: dict[str, Any], fault: str | None) -> None:
+        """The `/messages` wire format (see the module)."""
+        if fault == "500":
+            self._send(500, {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})
+            return
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+        chat = {"model": body.get("model"), "messages": system + list(body.get("messages", [])),
+                "max_tokens": body.get("max_tokens")}
+        answer = completion(chat)
+        self._send(200, {"type": "message", "role": "assistant", "model": body.get("model"),
+                         "content": [{"type": "text", "text": answer["choices"][0]["message"]["content"]}],
+                         "stop_reason": "end_turn",
+                         "usage": {"input_tokens": answer["usage"]["prompt_tokens"],
+                                   "output_tokens": answer["usage"]["completion_tokens"]}})
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers, "application/json")

@@ -38,6 +38,9 @@ from pytest_geo.price import Price
 # is about $0.0026 (its prompt and the 4,096-token output cap), a fake-server row costs
 # about $0.00015: $0.004 runs several rows, then the next call cannot fit.
 BUDGET = 0.004
+# The cap these tests reserve: answers are otherwise capped at their size (issue 37), and a
+# call's worst case is then too small for these budgets to stop a run.
+FULL_CAP = ("--geo-max-output-tokens", "4096")
 
 
 def report(path: Path) -> dict[str, Any]:
@@ -75,7 +78,7 @@ def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, worker
     result = served_project.pytester.runpytest(
         str(served_project.dataset(rows)), "--geo-base-url", served_project.server.url, "-n", workers,
         "-p", "no:cacheprovider", "-rs", "--geo-concurrency", "2", "--geo-budget", str(BUDGET),
-        "--geo-report", "r.json", "--junitxml", "j.xml", "--geo-html", "h.html")
+        "--geo-report", "r.json", "--junitxml", "j.xml", "--geo-html", "h.html", *FULL_CAP)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 1 and outcomes["passed"] >= 1 and outcomes["skipped"] >= 1
@@ -88,7 +91,8 @@ def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, worker
     assert len(data["rows"]) == outcomes["passed"]  # rows not run are never scored rows
     reached = data["budget"]["reached"]
     assert re.fullmatch(r"budget reached: a (ranker|rewriter) call to gpt-4o-mini may cost up to \$0\.00\d+ "
-                        r"\(its prompt and the 4,096-token output cap\), and \$0\.00\d+ of \$0\.004000 is left",
+                        r"\(its prompt and the 4,096-token output cap\), and \$0\.00\d+ of \$0\.004000 is left"
+                        r"; the prompt fits, its output cap does not: lower it with --geo-max-output-tokens N",
                         reached), reached
     gate = f"{reached}; {outcomes['skipped']} row(s) not run"
     assert data["gates"] == [{"nodeid": "pytest-geo::budget", "message": gate, "gate": "budget", "score": None,
@@ -121,13 +125,14 @@ def test_a_token_budget_holds_for_a_model_without_a_price(served_project: GeoPro
     assert budget["budget_usd"] is None and budget["budget_tokens"] == tokens
     result.stdout.fnmatch_lines([
         f"budget: {budget['spent_tokens']:,} tokens spent of 12,000; budget reached: a * call to llama-local may "
-        "cost up to * tokens (its prompt and the 4,096-token output cap), and * of 12,000 tokens is left"])
+        "cost up to * tokens (its prompt and the 4,096-token output cap), and * of 12,000 tokens is left*"])
 
 
 @pytest.mark.plugin
 def test_both_bounds_hold_together(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(16)), "--geo-concurrency", "2",
-                                "--geo-budget", "1", "--geo-budget-tokens", "12000", "--geo-report", "r.json")
+                                "--geo-budget", "1", "--geo-budget-tokens", "12000", "--geo-report", "r.json",
+                                *FULL_CAP)
     assert result.parseoutcomes()["skipped"] >= 1
     budget = report(served_project.pytester.path / "r.json")["budget"]
     assert_within(budget, served_project.server, 1.0, 12000)
@@ -183,14 +188,14 @@ def test_dollars_accepts_a_dollar_sign() -> None:
 @pytest.mark.plugin
 def test_cached_answers_need_no_budget(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(4))
-    served_project.run(dataset).assert_outcomes(passed=4)  # fills the answer cache
+    served_project.run(dataset, *FULL_CAP).assert_outcomes(passed=4)  # fills the answer cache
     sent = len(served_project.server.requests)
     # $0.001 cannot cover one call's worst case ($0.0026): only cached answers can run.
-    cached = served_project.run(dataset, "--geo-budget", "0.001")
+    cached = served_project.run(dataset, "--geo-budget", "0.001", *FULL_CAP)
     cached.assert_outcomes(passed=4)
     assert len(served_project.server.requests) == sent
     cached.stdout.fnmatch_lines(["budget: $0.00 spent of $0.001000"])
-    uncached = served_project.run(dataset, "--geo-budget", "0.001", "--geo-no-cache")
+    uncached = served_project.run(dataset, "--geo-budget", "0.001", "--geo-no-cache", *FULL_CAP)
     uncached.assert_outcomes(passed=0, skipped=4, failed=1)
     assert len(served_project.server.requests) == sent  # a call that would cross the budget is not sent
 
@@ -244,9 +249,8 @@ def pytest_sessionfinish(session):
 def test_an_answer_billed_past_its_worst_case_stops_the_budget(served_project: GeoProject) -> None:
     served_project.pytester.makeconftest(OVERBILLING)
     result = served_project.run(str(served_project.dataset(4)), "--geo-budget", "1", "--geo-concurrency", "1",
-                                "--geo-report", "r.json")
+                                "--geo-report", "r.json", *FULL_CAP)
     result.assert_outcomes(skipped=4, failed=1)
-    # A request without an output cap is sent with the one its reservation assumed.
     caps = json.loads((served_project.pytester.path / "caps.json").read_text())
     assert caps and set(caps) == {4096}
     reached = report(served_project.pytester.path / "r.json")["budget"]["reached"]
@@ -260,7 +264,7 @@ def test_egeo_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_opena
                      capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=16)
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
-                 "--concurrency", "2", "--budget", str(BUDGET), "--report", "r.json"])
+                 "--concurrency", "2", "--budget", str(BUDGET), "--report", "r.json", "--max-output-tokens", "4096"])
     assert code == 1
     out, err = capsys.readouterr()
     data = report(tmp_path / "r.json")
@@ -445,7 +449,7 @@ def test_a_call_cut_off_before_its_answer_stays_charged_at_its_worst_case(served
     server.slow_seconds = 1.5
     server.fail_next("slow")
     result = served_project.run(str(served_project.dataset(2)), "--geo-timeout", "0.5", "--geo-max-retries", "0",
-                                "--geo-concurrency", "1", "--geo-budget", "1", "--geo-report", "r.json")
+                                "--geo-concurrency", "1", "--geo-budget", "1", "--geo-report", "r.json", *FULL_CAP)
     result.assert_outcomes(passed=1, failed=1)
     budget = report(served_project.pytester.path / "r.json")["budget"]
     assert budget["unknown_tokens"] > 4096 and budget["unknown_usd"] > 0.0024  # the cap alone: 4,096 x $0.60/M

@@ -212,7 +212,8 @@ def test_optimize_prints_the_harness_result_json_and_its_prose_on_stderr(
     result = json.loads(out)
     assert {k: result[k] for k in ("applied", "history_len", "saved_to", "hint")} == {
         "applied": False, "history_len": 3, "saved_to": str(tmp_path / "prompts" / "rewriter_user.candidate.txt"),
-        "hint": "Optimized prompt written to candidate file; re-run with --apply to overwrite the working prompt.",
+        # the harness says "re-run with --apply" here too, which would change nothing (issue 37)
+        "hint": "The current prompt stayed best; nothing needed applying.",
     }
     # The mock rewriter ignores the prompt, so every candidate ties the current one, which stays best.
     assert result["best"] == {"iter": 0, "prompt": (tmp_path / "prompts" / "rewriter_user.txt").read_text(),

@@ -76,7 +76,9 @@ def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project:
                                         "json_schema": {"name": "ranking", "schema": RANKING, "strict": True}}
     assert rewrites[0]["response_format"] == {"type": "json_schema",
                                               "json_schema": {"name": "rewrite", "schema": REWRITE, "strict": True}}
-    assert {b["max_tokens"] for b in rankings + rewrites} == {4096}
+    # sized to the answer (issue 37): 256 + each id's bytes and 8; 256 + twice the description's bytes
+    assert {b["max_tokens"] for b in rankings} == {256 + 3 * (2 + 8)}
+    assert {b["max_tokens"] for b in rewrites} == {256 + 2 * len("steel, 1.7 litres")}
     # The server answered in the schema's shape (bare JSON, no fence), which parsed.
     rows = with_calls(served_project.pytester.path / "r.json")["rows"]
     answers = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "ranker"]

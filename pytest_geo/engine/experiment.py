@@ -27,7 +27,9 @@ from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
 from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
+from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
 from pytest_geo.scoring import Score
+from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from pytest_geo.templates import placeholders, render
 
 if TYPE_CHECKING:
@@ -207,6 +209,7 @@ class GeoEngine:
         max_output_tokens: int | None = None,
         cap_flag: str = "--geo-max-output-tokens",
         judges: Sequence[Judge] = (),
+        reasoning_effort: str | None = None,
     ) -> None:
         self.prompts = prompts
         self.client = client
@@ -214,7 +217,8 @@ class GeoEngine:
         self.temperature = temperature
         self.reasks = reasks
         self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
-        self.max_output_tokens = max_output_tokens  # sent on every call
+        self.max_output_tokens = max_output_tokens  # sent on every call; None: sized to each answer
+        self.reasoning_effort = reasoning_effort  # which models reason (they keep the default cap)
         self.cap_flag = cap_flag  # the flag that sets it, named when an answer is cut at it
         self.judges = tuple(judges)  # a panel (engine/panel.py); empty: the ranker alone
 
@@ -230,6 +234,7 @@ class GeoEngine:
         schema: Mapping[str, Any] | None = None,
         judge: Judge | None = None,
         model: str | None = None,
+        answer_bytes: int | None = None,
     ) -> T:
         """Ask (for an answer in `schema`'s shape, when given), parse, and on an answer
         that does not parse ask again with the problem stated. An answer cut at the
@@ -240,12 +245,12 @@ class GeoEngine:
         A `judge` asks with its own model, temperature and output cap; `model` names
         another model for the role (a variant's rewriter)."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        temperature, cap = self.temperature, self.max_output_tokens
         model = model or self.models[role]
+        temperature, cap = self.temperature, self.output_cap(model, answer_bytes)
         if judge is not None:
             model = judge.model
             temperature = judge.temperature if judge.temperature is not None else temperature
-            cap = judge.max_output_tokens or cap
+            cap = judge.max_output_tokens or self.output_cap(model, answer_bytes)
         for attempt in range(self.reasks + 1):
             request = ChatRequest(role, model, tuple(messages), temperature, context, cap, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
@@ -278,6 +283,15 @@ class GeoEngine:
                 ]
         raise AssertionError("unreachable")
 
+    def output_cap(self, model: str, answer_bytes: int | None) -> int:
+        """The cap the user set, else one sized to the answer (`answer_bytes` of content;
+        None: the default cap), see llm/profiles.py."""
+        if self.max_output_tokens is not None:
+            return self.max_output_tokens
+        if answer_bytes is None:
+            return DEFAULT_MAX_OUTPUT_TOKENS
+        return sized_cap(model, self.reasoning_effort, answer_bytes, DEFAULT_MAX_OUTPUT_TOKENS)
+
     def shown(self, candidates: tuple[Candidate, ...]) -> Shown:
         """`candidates` as this engine's ranker templates show them."""
         systems = [j.system_text for j in self.judges if j.system_text is not None]
@@ -309,6 +323,7 @@ class GeoEngine:
             step,
             shown.schema,
             judge,
+            answer_bytes=ranking_bytes(ids),
         )
 
     async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None,
@@ -333,6 +348,7 @@ class GeoEngine:
             "rewrite",
             rewrite_schema(),
             model=model,
+            answer_bytes=rewrite_bytes(target.description),
         )
 
     async def run(

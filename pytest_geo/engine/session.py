@@ -47,8 +47,6 @@ class GeoSession:
         self.settings = settings
         self.stack = stack or build_stack(settings)
         self.concurrency = self.stack.concurrency
-        self.breaker = self.stack.breaker
-        self.usage = self.stack.usage
         self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
         self.rows = RowTracker()  # rows started, finished, errored and not run, for the progress line
@@ -65,7 +63,8 @@ class GeoSession:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
-                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges))
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges),
+                         reasoning_effort=settings.reasoning_effort)
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:
@@ -171,16 +170,20 @@ class GeoSession:
 
     def progress(self, selected: int) -> Snapshot:
         """Where the run is, read from the main thread while rows run."""
-        return snapshot(self.rows.counts, self.usage.usage, selected, priced=bool(self.usage.prices))
+        return snapshot(self.rows.counts, self.stack.usage_table(), selected, priced=self.stack.priced)
 
     def usage_table(self) -> UsageTable:
-        """Model usage per role. Read it after `close`."""
-        return self.usage.usage
+        """Model usage per role, over every endpoint. Read it after `close`."""
+        return self.stack.usage_table()
+
+    def usage_by_endpoint(self) -> dict[str, UsageTable]:
+        """Model usage per role of each endpoint called (`default`: the default server)."""
+        return self.stack.usage_by_endpoint()
 
     @property
     def stopped(self) -> str | None:
-        """Why the model server is no longer called (fail fast, circuit breaker), or None."""
-        return self.breaker.tripped
+        """Why a model server is no longer called (fail fast, circuit breaker), or None."""
+        return self.stack.stopped
 
     def row_limit(self) -> int:
         """Rows allowed in flight now (moves under --geo-concurrency auto)."""
@@ -188,7 +191,7 @@ class GeoSession:
 
     def request_changes(self) -> list[dict[str, object]]:
         """What the server refused and how requests changed (llm/healing.py), as plain data."""
-        return self.stack.healing.lessons_json()
+        return self.stack.request_changes()
 
     def concurrency_stats(self) -> ConcurrencyStats:
         """The concurrency reached and the 429s seen. Read it after `close`."""

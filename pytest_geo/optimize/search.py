@@ -129,10 +129,10 @@ class SearchResult:
 
 
 class CallCounter:
-    """Counts model requests by role and by phase of the search (for the summary)."""
+    """Counts model requests by role and by phase of the search (for the summary), sent
+    through the backends it wraps (`counting`: every endpoint's, llm/stack.py)."""
 
-    def __init__(self, inner: ChatClient) -> None:
-        self.inner = inner
+    def __init__(self) -> None:
         self.phase = "validation"
         self.by_role: Counter[str] = Counter()
         self.by_phase: Counter[str] = Counter()
@@ -141,9 +141,25 @@ class CallCounter:
     def total(self) -> int:
         return sum(self.by_role.values())
 
+    def counting(self, inner: ChatClient) -> ChatClient:
+        return CountedClient(inner, self)
+
+
+class CountedClient:
+    """One backend's requests, counted in its CallCounter."""
+
+    def __init__(self, inner: ChatClient, counter: CallCounter) -> None:
+        self.inner = inner
+        self.counter = counter
+
+    @property
+    def base_url(self) -> object:
+        """The server's, so the answer cache above the counter keys on it (llm/factory.py)."""
+        return getattr(self.inner, "base_url", None)
+
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        self.by_role[request.role] += 1
-        self.by_phase[self.phase] += 1
+        self.counter.by_role[request.role] += 1
+        self.counter.by_phase[self.counter.phase] += 1
         return await self.inner.complete(request)
 
     async def aclose(self) -> None:

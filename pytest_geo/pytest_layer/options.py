@@ -10,6 +10,7 @@ import pytest
 
 from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.engine.judges import Judge, judges_from
+from pytest_geo.llm.endpoints import Endpoint
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
 from pytest_geo.options import judge, variant, variant_model
 from pytest_geo.price import Price
@@ -56,6 +57,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given: dict[str, Any] = {option.key: _pick(config, option) for option in OPTIONS if option.setting}
     given["prompts_dir"] = prompts_dir(config)
     given["prices"] = _prices(config)
+    given["endpoints"] = _endpoints(config)
     given["variants"], given["variant_models"] = variant_paths(config)
     given["judges"] = judge_list(config)
     given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
@@ -79,6 +81,15 @@ def _prices(config: pytest.Config) -> dict[str, Price]:
         return parse_price_lines(config.getini("geo_prices"))
     except PriceError as exc:
         raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
+
+
+def _endpoints(config: pytest.Config) -> dict[str, Endpoint]:
+    from pytest_geo.llm.endpoints import EndpointError, parse_endpoint_lines
+
+    try:
+        return parse_endpoint_lines(config.getini("geo_endpoints"))
+    except EndpointError as exc:
+        raise pytest.UsageError(f"{config.inipath or 'ini'}: ini option geo_endpoints: {exc}") from None
 
 
 def judge_list(config: pytest.Config) -> list[Judge]:

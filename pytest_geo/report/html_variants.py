@@ -43,11 +43,13 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
     suites = {(s["suite"], s["split"]): s for s in report.get("suites", [])}
     parts = ["<h2>Variants</h2>",
              '<p class="meta">Each pair is compared row by row over the rows both ran without error: the mean '
-             "difference (better minus worse), its standard error and 95% t interval, and the exact two-sided "
-             "sign test (ties dropped).</p>"]
+             "difference (first minus second), its standard error and 95% t interval, and the exact two-sided "
+             "sign test (ties dropped). Variants with the same score share a place.</p>"]
     for c in comparisons:
         ranked = []
-        for place, v in enumerate(c["variants"], 1):
+        scores = [v["score"] for v in c["variants"]]
+        for v in c["variants"]:
+            place = 1 + sum(1 for other in scores if other > v["score"])
             s = suites.get((v["suite"], c["split"]), {})
             ranked.append("<tr>" + _td(str(place), "num") + _td(v["variant"]) + _td(str(v["n"]), "num")
                           + _num(v["score"]) + _td(format_ci(s.get("ci95")) if s.get("ci95") else "", "num")
@@ -55,7 +57,8 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
         pairs = []
         for p in c["pairs"]:
             significant = p["sign_test_p"] < 0.05
-            pairs.append("<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(str(p["n"]), "num")
+            tied = " (tied)" if p.get("tied") else ""
+            pairs.append("<tr>" + _td(p["better"] + tied) + _td(p["worse"] + tied) + _td(str(p["n"]), "num")
                          + _num(p["mean_diff"], sign=True) + _num(p["stderr"])
                          + _td(format_ci(p["ci95"]) if p.get("ci95") else "n/a", "num")
                          + _td(f"{p['improved']}/{p['unchanged']}/{p['worsened']}", "num")
@@ -64,8 +67,8 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
         parts += [
             f"<h3>{escape(c['suite'])} [{escape(c['split'])}]</h3>",
             _table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
-            _table("variant-pairs", ("better", "worse", "paired n", "mean diff", "stderr", "95% CI",
-                                     "better/tied/worse rows", "sign test p", "rows left out"), pairs),
+            _table("variant-pairs", ("first", "second", "paired n", "mean diff", "stderr", "95% CI",
+                                     "rows first better/tied/worse", "sign test p", "rows left out"), pairs),
         ]
     return parts
 

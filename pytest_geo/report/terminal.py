@@ -54,7 +54,8 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
             lines.append(noise.summary())
         if suite.panel is not None:
             lines += suite.panel.lines(name)
-    if len(results.geo_suites()) > 1:
+    # Pooled over suites; not over variants, which score the same rows again.
+    if len(results.geo_suites()) > 1 and not any("variant" in r for r in results.records):
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     for comparison in compare_variants(results.records, results.suites()):
         lines += comparison.lines(show_split)

@@ -33,14 +33,20 @@ class VariantPair:
     def ci95(self) -> tuple[float, float] | None:
         return confidence_interval(self.paired.mean_diff, self.paired.stderr, self.paired.n)
 
+    @property
+    def tied(self) -> bool:
+        """Neither is better on these rows: `better` and `worse` are then only an order."""
+        return self.paired.mean_diff == 0
+
     def as_json(self) -> dict[str, Any]:
         ci = self.ci95
-        return {"better": self.better, "worse": self.worse, **self.paired.as_json(),
+        return {"better": self.better, "worse": self.worse, "tied": self.tied, **self.paired.as_json(),
                 "ci95": list(ci) if ci is not None else None, "excluded": self.excluded}
 
     def summary(self) -> str:
         p = self.paired
-        text = (f"  {self.better} - {self.worse}: n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
+        between = f"{self.better} = {self.worse} (tied)" if self.tied else f"{self.better} - {self.worse}"
+        text = (f"  {between}: n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
                 f"ci95={format_ci(self.ci95)} sign_test_p={format_p(p.sign_test_p)} "
                 f"({p.up} better, {p.down} worse, {p.n - p.up - p.down} tied)")
         return text + (f"; {self.excluded} row(s) with an error left out" if self.excluded else "")
@@ -74,7 +80,10 @@ class VariantComparison:
 
     def lines(self, show_split: bool = False) -> list[str]:
         split = f" [{self.split}]" if show_split else ""
-        ranked = " > ".join(f"{name} {result.summary.mean:.4f}" for name, result in self.variants)
+        places = self.places()
+        ranked = f"{self.variants[0][0]} {self.variants[0][1].summary.mean:.4f}"
+        for i, (name, result) in enumerate(self.variants[1:], 1):
+            ranked += (" = " if places[i] == places[i - 1] else " > ") + f"{name} {result.summary.mean:.4f}"
         return [f"variants of {self.suite}{split}, best first: {ranked}", *(p.summary() for p in self.pairs),
                 *self.matrix_lines()]
 
@@ -91,6 +100,11 @@ class VariantComparison:
             lines.append(f"  {better} - {worse} by {judge}: n={p.n} mean_diff={p.mean_diff:+.4f} "
                          f"stderr={p.stderr:.4f} sign_test_p={format_p(p.sign_test_p)}")
         return lines
+
+    def places(self) -> list[int]:
+        """Each variant's place, best first: variants with the same score share it."""
+        means = [result.summary.mean for _, result in self.variants]
+        return [1 + sum(1 for other in means if other > mean) for mean in means]
 
 
 def _row_id(record: RowRecord) -> str:

@@ -92,6 +92,7 @@ class Suite:
     procedure: Callable[..., Any] | None = None
     base_dir: Path | None = None
     metrics: list[Metric] = field(default_factory=list)
+    row_threshold: float | None = None  # a row scoring below it fails its item (scores alone never do)
 
     def metric(
         self, fn: MetricFn | str | None = None, *, dataset: str | None = None, name: str | None = None
@@ -134,12 +135,12 @@ class Suite:
                 f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one"
             )
         metric = self.metrics[0]
-        if self.threshold is not None and (
-            isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
-            or not math.isfinite(self.threshold)
-        ):
-            # NaN compares false with every score: a NaN threshold would never fail.
-            raise SuiteError(f"suite {self.name!r}: threshold must be a finite number, got {self.threshold!r}")
+        for key, value in (("threshold", self.threshold), ("row_threshold", self.row_threshold)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            ):
+                # NaN compares false with every score: a NaN threshold would never fail.
+                raise SuiteError(f"suite {self.name!r}: {key} must be a finite number, got {value!r}")
         if metric.dataset_free:
             return metric
         if metric.dataset not in self.data and metric.dataset not in self.test_data:
@@ -181,8 +182,11 @@ def suite(
     dataset: str | None = None,
     threshold: float | None = None,
     markers: Sequence[str] = (),
+    row_threshold: float | None = None,
 ) -> Suite:
-    """Declare an eval suite named after the procedure it scores (a name or the callable)."""
+    """Declare an eval suite named after the procedure it scores (a name or the callable).
+    `threshold` fails the suite when its mean is below it; `row_threshold` fails each row
+    scoring below it (without either, scores alone never fail the run)."""
     procedure = None if isinstance(name, str) else name
     if isinstance(name, str):
         suite_name = name
@@ -201,6 +205,7 @@ def suite(
         tuple(markers),
         procedure,
         Path(caller).parent if caller and not caller.startswith("<") else None,
+        row_threshold=row_threshold,
     )
     if metric is not None:
         declared.metric(metric, dataset=dataset)
@@ -236,7 +241,7 @@ def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
         return Score.from_error(str(exc))
     except (Exception, SystemExit) as exc:
         detail = str(exc)
-        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__, exc)
 
 
 async def _await(awaitable: Any) -> Any:
@@ -351,8 +356,10 @@ def _pair_line(path: Path, line_no: int, raw: bytes) -> list[Row]:
 
 
 def suites_in(module: Any) -> list[Suite]:
-    """The suites a module (a test module, a conftest.py, a suites file) declares."""
-    return [obj for obj in vars(module).values() if isinstance(obj, Suite)] if module is not None else []
+    """The suites a module (a test module, a conftest.py, a suites file) declares, each
+    once however many names it is bound to."""
+    found = {id(obj): obj for obj in vars(module).values() if isinstance(obj, Suite)} if module is not None else {}
+    return list(found.values())
 
 
 __all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_named_rows", "load_rows", "score_row", "suite"]
