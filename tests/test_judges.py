@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -320,3 +321,91 @@ def test_judges_under_xdist_aggregate_on_the_controller(
     assert data["suites"][0]["agreement"]["mean_kendall_tau"] == -1.0
     assert len(data["rows"]) == 4 and all(set(row["judges"]) == {"a", "b"} for row in data["rows"])
     result.stdout.fnmatch_lines(["  judge b: n=4 avg_rank_improvement=-2.0000 *"])
+
+
+@pytest.fixture
+def four_servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, FakeOpenAI]]:
+    """One fake server per endpoint ep1..ep4 (each with its own key variable and latency),
+    and the default server."""
+    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    made = {"default": FakeOpenAI()}
+    for i in range(1, 5):
+        monkeypatch.setenv(f"EP{i}_KEY", f"sk-ep{i}-{i}{i}{i}{i}{i}{i}{i}{i}")
+        made[f"ep{i}"] = FakeOpenAI(latency=0.005 * i)
+    for server in made.values():
+        server.start()
+    yield made
+    for server in made.values():
+        server.stop()
+
+
+def panel_project(pytester: pytest.Pytester, servers: dict[str, FakeOpenAI]) -> None:
+    GeoProject(pytester, servers["default"]).dataset(3)
+    (pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    (pytester.path / "signal.txt").write_text(SIGNAL_TEMPLATE_TEXT, encoding="utf-8")
+    pytester.makeini("[pytest]\ngeo_endpoints =\n" + "".join(
+        f"    ep{i} = {servers[f'ep{i}'].url} EP{i}_KEY\n" for i in range(1, 5)))
+
+
+PANEL_ARGS = ("rows.jsonl", "--geo-judge", "a=ep1/m", "--geo-judge", "b=ep2/m", "--geo-judge", "c=ep3/m",
+              "--geo-variant", "x=keep.txt", "--geo-variant", "y=signal.txt@ep4/m2")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytester,
+                                                         four_servers: dict[str, FakeOpenAI], workers: str) -> None:
+    """Issue 34's check: J + V + J x V = 3 + 2 + 6 calls a row, each on its own endpoint
+    with its own key (no cache: x's rewrite leaves the description as it was, so its
+    rank_after asks what rank_before asked, and the cache would answer it); the summary, JSON and HTML show per-judge, panel, agreement and the
+    variants x judges matrix."""
+    panel_project(pytester, four_servers)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-report", "r.json", "--geo-html", "r.html", "--geo-no-cache")
+    result.assert_outcomes(passed=6)
+    seen = {name: ({r["body"]["model"] for r in s.requests}, {r["headers"].get("authorization") for r in s.requests})
+            for name, s in four_servers.items()}
+    assert seen == {"ep1": ({"m"}, {"Bearer sk-ep1-11111111"}), "ep2": ({"m"}, {"Bearer sk-ep2-22222222"}),
+                    "ep3": ({"m"}, {"Bearer sk-ep3-33333333"}), "ep4": ({"m2"}, {"Bearer sk-ep4-44444444"}),
+                    "default": ({"gpt-4o-mini"}, {f"Bearer {DUMMY_KEY}"})}
+    calls = {name: len(s.requests) for name, s in four_servers.items()}
+    if workers == "0":  # 3 rows: per judge 1 rank_before + 2 rank_after a row; one rewrite a row per variant
+        assert calls == {"ep1": 9, "ep2": 9, "ep3": 9, "ep4": 3, "default": 3}
+    else:  # a row's variants on two workers each ask its rank_before (shared within a process only)
+        assert calls["ep4"] == calls["default"] == 3
+        assert all(9 <= calls[f"ep{i}"] <= 12 and calls[f"ep{i}"] == calls["ep1"] for i in (2, 3))
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    suites = {s["suite"]: s for s in data["suites"]}
+    assert suites["rows.jsonl[y]"]["panel"]["avg_rank_improvement"] == 2.0
+    assert suites["rows.jsonl[x]"]["judges"]["b"] == {"n": 3, "avg_rank_improvement": 0.0, "win_rate": 0.0,
+                                                      "stderr_rank_improvement": 0.0}
+    assert suites["rows.jsonl[y]"]["agreement"]["direction_agreement"] == 1.0
+    (comparison,) = data["variants"]
+    assert comparison["matrix"]["y"]["c"] == {"n": 3, "mean": 2.0, "stderr": 0.0}
+    result.stdout.fnmatch_lines(["judges of rows.jsonl[[]y[]]:", "  judge a: n=3 avg_rank_improvement=2.0000 *",
+                                 "  panel: n=3 *", "  agreement: *",
+                                 "  variants x judges (mean +/- stderr, n): a | b | c | panel"])
+    html = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
+
+
+@pytest.mark.e2e
+def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
+                                                four_servers: dict[str, FakeOpenAI]) -> None:
+    panel_project(pytester, four_servers)
+    four_servers["ep2"].always = "500"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "0", *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge b: *"])
+    assert "error: judge a" not in result.stdout.str() and "error: judge c" not in result.stdout.str()
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    for suite in data["suites"]:
+        assert {name: j["n"] for name, j in suite["judges"].items()} == {"a": 3, "b": 0, "c": 3}
+        assert suite["panel"]["n"] == 3
+    assert all(row["judges"]["b"]["rank_improvement"] is None and row["judges"]["a"]["error"] is None
+               for row in data["rows"])
