@@ -409,3 +409,17 @@ def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
         assert suite["panel"]["n"] == 3
     assert all(row["judges"]["b"]["rank_improvement"] is None and row["judges"]["a"]["error"] is None
                for row in data["rows"])
+
+
+@pytest.mark.plugin
+def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-judge", "a=gpt-4o-mini",
+                                "--geo-judge", "b=house-judge")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-budget: no price for the judge b's model house-judge, so its calls cannot "
+                                 "be held to a budget in dollars*"])
+    result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-variant", "x=keep.txt@house-rewriter")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no price for the variant x's rewriter model house-rewriter*"])
