@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ def judges_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["nodeid"]: row["judges"] for row in data["rows"]}
 
 
+@pytest.mark.plugin
 def test_three_judges_make_j_plus_1_plus_j_calls_a_row_and_a_rerun_none(served_project: GeoProject) -> None:
     served_project.dataset(3)
     args = ("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b", "--geo-judge", "c=m-c")
@@ -60,6 +62,7 @@ def test_three_judges_make_j_plus_1_plus_j_calls_a_row_and_a_rerun_none(served_p
     assert served_project.server.requests == []  # every answer from the cache
 
 
+@pytest.mark.plugin
 def test_judges_and_variants_make_j_plus_v_plus_jv_calls_a_row(served_project: GeoProject) -> None:
     """3 judges, 2 variants (one with its own rewriter model): 3 + 2 + 6 calls a row."""
     served_project.dataset(2)
@@ -83,6 +86,7 @@ def test_judges_and_variants_make_j_plus_v_plus_jv_calls_a_row(served_project: G
     assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
 
 
+@pytest.mark.plugin
 def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> None:
     served_project.dataset(3)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
@@ -117,6 +121,7 @@ def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> Non
     assert '"judge":"b"' in html  # each call says whose it is
 
 
+@pytest.mark.plugin
 def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) -> None:
     served_project.dataset(2)
     (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
@@ -126,6 +131,7 @@ def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) ->
                                               ("m2", "rewrite"): 2}
 
 
+@pytest.mark.plugin
 def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served_project: GeoProject) -> None:
     served_project.dataset(2)
     served_project.server.fault_for = lambda body: "500" if body["model"] == "m-bad" else None
@@ -145,6 +151,7 @@ def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served
     assert suite["agreement"]["direction_rows"] == 0 and suite["agreement"]["direction_agreement"] is None
 
 
+@pytest.mark.plugin
 def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_project: GeoProject) -> None:
     served_project.dataset(2)
     judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-judge", "c=m-c")
@@ -159,6 +166,7 @@ def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_proj
     result.stderr.fnmatch_lines(["*--geo-min-score: 'rows.jsonl@zz': no judge named 'zz' (judges: a, b, c)*"])
 
 
+@pytest.mark.plugin
 def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -> None:
     """The panel changes nothing about how one judge is asked: the same requests, the
     same ranks per row as in a run of its own."""
@@ -178,6 +186,7 @@ def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -
     assert single["rows.jsonl::r2"]["b"]["rank_improvement"] == -2
 
 
+@pytest.mark.plugin
 def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: GeoProject) -> None:
     served_project.dataset(2)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
@@ -191,6 +200,7 @@ def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: 
     assert data["suites"][0]["panel"]["avg_rank_improvement"] == 0.0
 
 
+@pytest.mark.plugin
 def test_judges_against_a_baseline(served_project: GeoProject) -> None:
     served_project.dataset(3)
     judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b")
@@ -208,6 +218,7 @@ def test_judges_against_a_baseline(served_project: GeoProject) -> None:
                        "--geo-baseline-force").assert_outcomes(passed=3)
 
 
+@pytest.mark.plugin
 def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -> None:
     """Each call reserves its worst case (its prompt and the 4,096-token cap, about 5,400
     tokens) and a row spends about 1,400: the budget stops the run after two rows, and
@@ -224,6 +235,7 @@ def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -
     assert report(served_project)["budget"]["reached"]
 
 
+@pytest.mark.plugin
 def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
     served_project.dataset(6)
     (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
@@ -237,6 +249,7 @@ def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
     assert data["variants"][0]["matrix"]["keep"]["panel"]["mean"] == 0.0
 
 
+@pytest.mark.e2e
 def test_egeo_judge_prints_per_judge_panel_and_agreement(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -258,6 +271,7 @@ def test_egeo_judge_prints_per_judge_panel_and_agreement(
     assert "  judge b: n=2 avg_rank_improvement=-2.0000 win_rate=0.0000 stderr_rank_improvement=0.0000" in err
 
 
+@pytest.mark.plugin
 def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_project: GeoProject) -> None:
     served_project.dataset(1)
     system = (served_project.pytester.path / "prompts" / "ranker_system.txt").read_text(encoding="utf-8")
@@ -270,6 +284,7 @@ def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_proj
     assert sent == {("m-a", False, 0, 4096), ("m-b", True, 0.5, 2000), ("gpt-4o-mini", False, 0, 4096)}
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("flag", "message"), [
     ("a", "*argument --geo-judge: 'a' is not NAME=MODEL*"),
     ("a b=m", "*judge name 'a b' may use only letters*"),
@@ -282,6 +297,7 @@ def test_a_bad_judge_is_a_usage_error(served_project: GeoProject, flag: str, mes
     result.stderr.fnmatch_lines([message])
 
 
+@pytest.mark.plugin
 def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_project: GeoProject) -> None:
     served_project.dataset(1)
     result = served_project.run("rows.jsonl", "--geo-judge", "a=m", "--geo-judge", "a=n")
@@ -292,6 +308,7 @@ def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_pr
     result.stderr.fnmatch_lines(["*judge a: *nowhere.txt: cannot read the system template*"])
 
 
+@pytest.mark.xdist
 def test_judges_under_xdist_aggregate_on_the_controller(
         pytester: pytest.Pytester, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
@@ -306,3 +323,105 @@ def test_judges_under_xdist_aggregate_on_the_controller(
     assert data["suites"][0]["agreement"]["mean_kendall_tau"] == -1.0
     assert len(data["rows"]) == 4 and all(set(row["judges"]) == {"a", "b"} for row in data["rows"])
     result.stdout.fnmatch_lines(["  judge b: n=4 avg_rank_improvement=-2.0000 *"])
+
+
+@pytest.fixture
+def four_servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, FakeOpenAI]]:
+    """One fake server per endpoint ep1..ep4 (each with its own key variable and latency),
+    and the default server."""
+    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    made = {"default": FakeOpenAI()}
+    for i in range(1, 5):
+        monkeypatch.setenv(f"EP{i}_KEY", f"sk-ep{i}-{i}{i}{i}{i}{i}{i}{i}{i}")
+        made[f"ep{i}"] = FakeOpenAI(latency=0.005 * i)
+    for server in made.values():
+        server.start()
+    yield made
+    for server in made.values():
+        server.stop()
+
+
+def panel_project(pytester: pytest.Pytester, servers: dict[str, FakeOpenAI]) -> None:
+    GeoProject(pytester, servers["default"]).dataset(3)
+    (pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    (pytester.path / "signal.txt").write_text(SIGNAL_TEMPLATE_TEXT, encoding="utf-8")
+    pytester.makeini("[pytest]\ngeo_endpoints =\n" + "".join(
+        f"    ep{i} = {servers[f'ep{i}'].url} EP{i}_KEY\n" for i in range(1, 5)))
+
+
+PANEL_ARGS = ("rows.jsonl", "--geo-judge", "a=ep1/m", "--geo-judge", "b=ep2/m", "--geo-judge", "c=ep3/m",
+              "--geo-variant", "x=keep.txt", "--geo-variant", "y=signal.txt@ep4/m2")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytester,
+                                                         four_servers: dict[str, FakeOpenAI], workers: str) -> None:
+    """Issue 34's check: J + V + J x V = 3 + 2 + 6 calls a row, each on its own endpoint
+    with its own key (no cache: x's rewrite leaves the description as it was, so its
+    rank_after asks what rank_before asked, and the cache would answer it); the summary, JSON and HTML show per-judge, panel, agreement and the
+    variants x judges matrix."""
+    panel_project(pytester, four_servers)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-report", "r.json", "--geo-html", "r.html", "--geo-no-cache")
+    result.assert_outcomes(passed=6)
+    seen = {name: ({r["body"]["model"] for r in s.requests}, {r["headers"].get("authorization") for r in s.requests})
+            for name, s in four_servers.items()}
+    assert seen == {"ep1": ({"m"}, {"Bearer sk-ep1-11111111"}), "ep2": ({"m"}, {"Bearer sk-ep2-22222222"}),
+                    "ep3": ({"m"}, {"Bearer sk-ep3-33333333"}), "ep4": ({"m2"}, {"Bearer sk-ep4-44444444"}),
+                    "default": ({"gpt-4o-mini"}, {f"Bearer {DUMMY_KEY}"})}
+    calls = {name: len(s.requests) for name, s in four_servers.items()}
+    if workers == "0":  # 3 rows: per judge 1 rank_before + 2 rank_after a row; one rewrite a row per variant
+        assert calls == {"ep1": 9, "ep2": 9, "ep3": 9, "ep4": 3, "default": 3}
+    else:  # a row's variants on two workers each ask its rank_before (shared within a process only)
+        assert calls["ep4"] == calls["default"] == 3
+        assert all(9 <= calls[f"ep{i}"] <= 12 and calls[f"ep{i}"] == calls["ep1"] for i in (2, 3))
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    suites = {s["suite"]: s for s in data["suites"]}
+    assert suites["rows.jsonl[y]"]["panel"]["avg_rank_improvement"] == 2.0
+    assert suites["rows.jsonl[x]"]["judges"]["b"] == {"n": 3, "avg_rank_improvement": 0.0, "win_rate": 0.0,
+                                                      "stderr_rank_improvement": 0.0}
+    assert suites["rows.jsonl[y]"]["agreement"]["direction_agreement"] == 1.0
+    (comparison,) = data["variants"]
+    assert comparison["matrix"]["y"]["c"] == {"n": 3, "mean": 2.0, "stderr": 0.0}
+    result.stdout.fnmatch_lines(["judges of rows.jsonl[[]y[]]:", "  judge a: n=3 avg_rank_improvement=2.0000 *",
+                                 "  panel: n=3 *", "  agreement: *",
+                                 "  variants x judges (mean +/- stderr, n): a | b | c | panel"])
+    html = (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
+
+
+@pytest.mark.e2e
+def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
+                                                four_servers: dict[str, FakeOpenAI]) -> None:
+    panel_project(pytester, four_servers)
+    four_servers["ep2"].always = "500"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "0", *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge b: *"])
+    assert "error: judge a" not in result.stdout.str() and "error: judge c" not in result.stdout.str()
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    for suite in data["suites"]:
+        assert {name: j["n"] for name, j in suite["judges"].items()} == {"a": 3, "b": 0, "c": 3}
+        assert suite["panel"]["n"] == 3
+    assert all(row["judges"]["b"]["rank_improvement"] is None and row["judges"]["a"]["error"] is None
+               for row in data["rows"])
+
+
+@pytest.mark.plugin
+def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-judge", "a=gpt-4o-mini",
+                                "--geo-judge", "b=house-judge")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-budget: no price for the judge b's model house-judge, so its calls cannot "
+                                 "be held to a budget in dollars*"])
+    result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-variant", "x=keep.txt@house-rewriter")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no price for the variant x's rewriter model house-rewriter*"])

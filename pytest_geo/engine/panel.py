@@ -11,7 +11,7 @@ first judge that failed, so the item fails naming it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +139,9 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
                       calls, not_run, tuple(cells))
 
 
-async def _stop(tasks: Any) -> None:
+async def _stop(given: Iterable[asyncio.Future[Any]]) -> None:
     """Cancel what is still running and wait for it (its errors read, never logged)."""
-    tasks = list(tasks)
+    tasks = list(given)
     running = [t for t in tasks if not t.done()]
     for task in running:
         task.cancel()

@@ -232,10 +232,13 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
     if settings.budget is None or settings.budget_tokens is not None or settings.mock:
         return
     prices = price_table(settings.prices)
-    for role in roles:
-        model = settings.models[role]
+    named = [(f"{role} model", settings.models[role]) for role in roles]
+    if "ranker" in roles:  # the rows' other models: --geo-judge's, and a variant's rewriter (PATH@MODEL)
+        named += [(f"judge {j.name}'s model", j.model) for j in settings.judges]
+        named += [(f"variant {name}'s rewriter model", model) for name, model in settings.variant_models.items()]
+    for who, model in named:
         if priced_as(model, settings) not in prices:
-            raise BudgetError(f"{flags[0]}: no price for the {role} model {model}, so its calls cannot be held to "
+            raise BudgetError(f"{flags[0]}: no price for the {who} {model}, so its calls cannot be held to "
                               f"a budget in dollars: add it to {price_option}, or bound tokens with {flags[1]} N")
 
 
