@@ -351,3 +351,27 @@ def test_variants_that_tie_are_shown_as_ties_and_not_pooled(geo_project: pytest.
     html = (geo_project.path / "r.html").read_text(encoding="utf-8")
     assert "<td>plain (tied)</td><td>bestfor (tied)</td>" in html
     assert "<th>better</th>" not in html
+
+
+# --- 5. latency and tokens per call, the row's time in JUnit ------------------------------------
+
+
+def test_rows_and_transcripts_carry_seconds_and_tokens_and_junit_the_rows_time(served_project: GeoProject) -> None:
+    import gzip
+    import xml.etree.ElementTree as ET
+
+    served_project.server.latency = 0.1
+    result = served_project.run(str(served_project.dataset(2)), "--geo-report", "r.json", "--junitxml", "j.xml")
+    result.assert_outcomes(passed=2)
+    path = served_project.pytester.path
+    rows = json.loads((path / "r.json").read_text())["rows"]
+    for row in rows:
+        assert row["n_calls"] == 3 and row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+        assert row["model_seconds"] >= 0.3 and row["seconds"] >= 0.2  # rank_before beside the rewrite, then rank_after
+    with gzip.open(path / "r.transcripts.jsonl.gz", "rt", encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle]
+    calls = [call for line in lines for call in line["calls"]]
+    assert len(calls) == 6 and all(c["seconds"] >= 0.1 and c["prompt_tokens"] > 0 for c in calls)
+    assert sum(c["completion_tokens"] for c in calls) == sum(r["completion_tokens"] for r in rows)
+    times = [float(case.get("time", "0")) for case in ET.parse(path / "j.xml").getroot().iter("testcase")]
+    assert len(times) == 2 and min(times) >= 0.2

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import random
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring
@@ -54,6 +55,7 @@ class GeoOutcome:
     # for the HTML report's transcripts; plain dicts, since records cross processes.
     calls: tuple[ModelCall, ...] = field(default=(), repr=False, compare=False)
     not_run: bool = False  # the model server was found unusable: no result, not an error
+    seconds: float = field(default=0.0, compare=False)  # the experiment's wall time
 
     @property
     def rank_improvement(self) -> int | None:
@@ -89,6 +91,7 @@ class GeoOutcome:
             error=self.error,
             fact_violations=list(self.fact_violations),
             calls=list(self.calls),
+            seconds=round(self.seconds, 6),
         )
 
 
@@ -236,14 +239,18 @@ class GeoEngine:
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
             if calls is not None:
                 calls.append(call)
+            sent = time.perf_counter()
             try:
                 response = await self.client.complete(request)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 call["error"] = one_line(exc)
+                call["seconds"] = round(time.perf_counter() - sent, 6)
                 raise
             call["answer"], call["cached"] = kept_answer(response.text), response.cached
+            call["seconds"] = round(time.perf_counter() - sent, 6)
+            call["prompt_tokens"], call["completion_tokens"] = response.prompt_tokens, response.completion_tokens
             try:
                 check_answer(role, response, cap, self.cap_flag)
             except UnusableAnswer as exc:
@@ -327,6 +334,7 @@ class GeoEngine:
         `rank_before` may be given (the optimizer computes it once per row and reuses
         it, since it does not depend on the rewriter prompt; its calls are then not part
         of this row's transcript)."""
+        started = time.perf_counter()
         before: int | None = None
         after: int | None = None
         rewritten: str | None = None
@@ -354,17 +362,18 @@ class GeoEngine:
         calls = (*before_calls, *rewrite_calls, *after_calls)
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
-        return _outcome(row.query_id, row.target_id, before, after, rewritten, error, violations, calls, not_run)
+        return _outcome(row.query_id, row.target_id, before, after, rewritten, error, violations, calls, not_run,
+                        time.perf_counter() - started)
 
 
 def _outcome(query_id: str | None, target_id: str, rank_before: int | None, rank_after: int | None,
              rewritten_description: str | None, error: str | None, fact_violations: tuple[str, ...],
-             calls: tuple[ModelCall, ...], not_run: bool) -> GeoOutcome:
+             calls: tuple[ModelCall, ...], not_run: bool, seconds: float = 0.0) -> GeoOutcome:
     """`GeoOutcome(...)` of a row's run (no notes), `filled` in directly: one a row."""
     return filled(GeoOutcome, {"query_id": query_id, "target_id": target_id, "rank_before": rank_before,
                                "rank_after": rank_after, "rewritten_description": rewritten_description,
                                "error": error, "notes": (), "fact_violations": fact_violations, "calls": calls,
-                               "not_run": not_run})
+                               "not_run": not_run, "seconds": seconds})
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
