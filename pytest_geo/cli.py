@@ -17,8 +17,11 @@ from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.judges import judges_from
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -27,16 +30,18 @@ from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
+from pytest_geo.options import variant_model
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.metadata import run_metadata
-from pytest_geo.report.output import write_report_files
+from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
 from pytest_geo.report.terminal import fact_lines, request_change_lines
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.report.variants import compare_variants
+from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
@@ -94,8 +99,15 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
-        "variants": _variants(getattr(args, "variant", [])),
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
+    given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
+    try:
+        given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
+    except ValueError as exc:
+        build_parser().error(str(exc))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
@@ -104,13 +116,18 @@ def _cache_dir(args: argparse.Namespace) -> Path:
     return Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIR
 
 
-def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
+def _variants(named: Sequence[tuple[str, str]]) -> tuple[dict[str, Path], dict[str, str]]:
+    """The variants' paths and, from `PATH@MODEL`, their rewriter models."""
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             build_parser().error(f"--variant: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = Path(path)
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 class StderrOutput:
@@ -188,6 +205,7 @@ def _with_budget(args: argparse.Namespace, settings: Settings,
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
                  "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
                  else ("ranker", "rewriter"))
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
         return command(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
@@ -199,6 +217,9 @@ def _with_budget(args: argparse.Namespace, settings: Settings,
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
+    inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
+              *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
+    check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
     names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
     # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
@@ -266,11 +287,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
               "the metrics cover only the rows that ran", file=sys.stderr)
     for line in _comparison_lines(results):
         print(line, file=sys.stderr)
-    if settings.variants:
-        metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
-        print(json.dumps({v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}, indent=2, sort_keys=True))
-    else:
-        print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
     written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
@@ -286,6 +303,22 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
+
+
+def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
+    """stdout's JSON: the E-GEO metrics (per variant with variants); with --judge each
+    also holds its `judges`, `panel` and `agreement` objects (report/judges.py)."""
+    suites = results.geo_suite_results()
+
+    def metrics(name: str, summary: Summary) -> dict[str, Any]:
+        suite = suites.get(name)
+        panel = suite.panel if suite is not None else None
+        return {**summary.as_geo(), **(panel.as_json() if panel is not None else {})}
+
+    if variants:
+        return {v: metrics(f"{dataset}[{v}]", suites[f"{dataset}[{v}]"].summary)
+                if f"{dataset}[{v}]" in suites else None for v in variants}
+    return metrics(dataset, results.geo_overall())
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
@@ -311,8 +344,11 @@ def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]
 
 
 def _comparison_lines(results: Results) -> list[str]:
-    """The variants' paired comparisons and the sequential decisions, as pytest prints them."""
-    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
+    """The judges' figures, the variants' paired comparisons and the sequential decisions,
+    as pytest prints them."""
+    lines = [line for name, s in results.geo_suite_results().items() if s.panel is not None
+             for line in s.panel.lines(name)]
+    lines += [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
@@ -345,7 +381,7 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
@@ -360,12 +396,14 @@ def optimize_prompts(args: argparse.Namespace) -> int:
 
     code = _with_budget(args, _settings(args), run)
     print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
-    return code
+    return code or (1 if apply_refused(results[0]) else 0)
 
 
 def merge(args: argparse.Namespace) -> int:
     from pytest_geo.report.merge import MergeError, merge_reports
 
+    check_output_paths([("--report", args.report), ("--html", args.html)],
+                       [(f"the report {path}", Path(path)) for path in args.reports], Path.cwd())
     try:
         results = merge_reports(args.reports)
     except MergeError as exc:
@@ -395,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, ProjectConfigError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError,
+            ProjectConfigError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

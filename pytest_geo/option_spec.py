@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
+from pytest_geo.llm.endpoints import endpoint_flag
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT
 from pytest_geo.options import (
     alpha,
     any_int,
     concurrency,
     dollars,
+    judge,
     min_score,
     non_negative_int,
     positive_float,
@@ -185,6 +187,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--geo-strict-facts", "a rewrite that adds facts (numbers, prices, model numbers, certifications) not "
            "in the original scores 0.0 and fails its item", action="store_true", ini="geo_strict_facts",
            ini_type="bool", ini_help="fail rows whose rewrite adds facts", setting=True),
+    Option("--geo-query-blind", "the rewriter sees only the target's own title and description, as E-GEO's rules "
+           "require: a rewriter prompt that uses the query is a usage error before any call (the packaged prompts' "
+           "rewriter gives way to the simple style)", action="store_true", shown_default="on for E-GEO data files",
+           ini="geo_query_blind", ini_type="bool", ini_help="the rewriter never sees the query (E-GEO's rule)",
+           egeo="--query-blind", setting=True),
     Option("--geo-cache-dir", "directory of the model-answer cache", metavar="DIR",
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",
@@ -231,8 +238,17 @@ OPTIONS: tuple[Option, ...] = (
            "variant (node id <dataset>::<row>[NAME]), sharing rank_before (pytest: the flags replace the ini's "
            "lines)", type=variant, action="append", default=[],
            metavar="NAME=PATH", ini="geo_variants", ini_type="linelist",
-           ini_help="rewriting strategies to compare, one NAME = PATH a line (PATH relative to the rootdir)",
+           ini_help="rewriting strategies to compare, one NAME = PATH[@MODEL] a line (PATH relative to the "
+           "rootdir); @MODEL names the variant's rewriter model",
            egeo="--variant"),
+    Option("--geo-judge", "a panel of judges: each ranks every row before and after its rewrite (one rewrite per "
+           "variant, shared by the judges); repeatable. Optional per-judge settings after the model: "
+           "system=PATH temperature=T max_output_tokens=N. The summary and reports then hold each judge's "
+           "figures, the panel's (each row's mean over its judges) and their agreement (pytest: the flags "
+           "replace the ini's lines)", type=judge, action="append", default=[], metavar="NAME=MODEL",
+           ini="geo_judges", ini_type="linelist",
+           ini_help="a panel of judges, one NAME = MODEL [system=PATH] [temperature=T] [max_output_tokens=N] "
+           "a line (PATH relative to the rootdir)", egeo="--judge"),
     Option("--geo-sequential", "paired comparisons ({variant}, {baseline}) run their rows in an order drawn with "
            "the seed, in rounds, and stop once an anytime-valid test decides them at {alpha}; the rows left are "
            "skipped as not needed", action="store_true", ini="geo_sequential", ini_type="bool",
@@ -250,6 +266,13 @@ OPTIONS: tuple[Option, ...] = (
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
            "output_per_million' a line", ini="geo_prices", ini_type="linelist"),
+    Option(None, "servers a model names by its prefix (NAME/model), added to or overriding the known providers "
+           "(openai, openrouter, anthropic, gemini, deepseek, together, groq, mistral, fireworks, ollama): one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line in the ini, egeo's --endpoint NAME=URL[,KEY_VARIABLE] "
+           "repeatable; no key variable: the server takes no key",
+           type=endpoint_flag, action="append", default=[], metavar="NAME=URL[,KEYVAR]", ini="geo_endpoints",
+           ini_type="linelist", ini_help="servers a model names by its prefix (NAME/model), one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line", egeo="--endpoint", egeo_commands=BOTH),
     # egeo only
     Option(None, "print one JSON line per row before the metrics", action="store_true", default=False,
            egeo="--verbose"),

@@ -7,8 +7,11 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_geo.engine.judges import JUDGE_SETTINGS, Judge
 from pytest_geo.settings import AUTO, SPLITS, STRUCTURED_MODES
 
 # OpenAI's levels (minimal: gpt-5; none and xhigh: the gpt-5.x line); llm/profiles.py
@@ -54,7 +57,7 @@ def shard(text: str) -> tuple[int, int]:
 
 
 def concurrency(text: str) -> int | str:
-    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    """A number of rows in flight, or "auto" (adaptive, see llm/adaptive.py)."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:
@@ -69,7 +72,10 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
+    """A number above 0 that is finite: a NaN or infinite timeout would fail every call."""
     value: float = _convert(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return _at_least(value, text, 0, strict=True)
 
 
@@ -163,3 +169,37 @@ def variant(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: variant name {name!r} may use only letters, digits, '_', '.' and '-'")
     return name, path
+
+
+def judge(text: str) -> Judge:
+    """`NAME=MODEL [key=value ...]`, as a flag value or an ini line; raises
+    argparse.ArgumentTypeError naming the problem."""
+    name, sep, rest = text.partition("=")
+    name = name.strip()
+    words = rest.split()
+    if not sep or not name or not words:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=MODEL")
+    if not VARIANT_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: judge name {name!r} may use only letters, digits, '_', '.' and '-'")
+    found = Judge(name, words[0])
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep or key not in JUDGE_SETTINGS or not value:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {word!r} is not one of {', '.join(k + '=...' for k in JUDGE_SETTINGS)}")
+        if key == "system":
+            found = replace(found, system=Path(value))
+        elif key == "temperature":
+            found = replace(found, temperature=temperature(value))
+        else:
+            found = replace(found, max_output_tokens=positive_int(value))
+    return found
+
+
+def variant_model(path: str) -> tuple[str, str | None]:
+    """A variant's `PATH@MODEL`: (PATH, MODEL), or (PATH, None) without a model."""
+    where, sep, model = path.rpartition("@")
+    if not sep or not where.strip() or not model.strip():
+        return path, None
+    return where.strip(), model.strip()

@@ -72,7 +72,7 @@ from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
-from pytest_geo.settings import describe_prompts
+from pytest_geo.settings import Settings, describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -128,16 +128,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_variants(config: pytest.Config) -> None:
-    """A broken variant template stops the run at start, naming its file (the rows of a
-    run are never half scored with a strategy that cannot run)."""
-    variants = settings_of(config).variants
-    if not variants:
+    """A broken variant template, or a rewriter prompt that sees the query in a query-blind
+    run, stops the run at start, naming its file (the rows of a run are never half scored
+    with a strategy that cannot run)."""
+    settings = settings_of(config)
+    if not settings.variants and not settings.query_blind:
         return
+    from pytest_geo.engine.query_blind import check_query_blind
     from pytest_geo.engine.variants import load_variants
     from pytest_geo.templates import PromptError
 
     try:
-        load_variants(variants)
+        load_variants(settings.variants)
+        check_query_blind(settings)
     except PromptError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -179,6 +182,7 @@ def geo_header(config: pytest.Config) -> str:
     else:
         host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
+        model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
     header += split_note(config)
     local = placeholder_key_host(settings)
@@ -188,6 +192,22 @@ def geo_header(config: pytest.Config) -> str:
     if changes:  # an earlier run learned them from this server (llm/lessons.py)
         header += "; requests as the server accepts them: " + "; ".join(changes)
     return header
+
+
+def endpoints_named(settings: Settings) -> str:
+    """`, endpoint NAME (host)` for each endpoint the ranker's and rewriter's models name."""
+    from pytest_geo.llm.endpoints import EndpointError, describe, resolve
+    from pytest_geo.llm.providers import ProviderError
+
+    named = []
+    for role in ("ranker", "rewriter"):
+        try:
+            endpoint = resolve(settings.models[role], settings.endpoints)[0]
+        except (EndpointError, ProviderError):  # said when the run starts
+            continue
+        if endpoint is not None and describe(endpoint) not in named:
+            named.append(describe(endpoint))
+    return "".join(f", {name}" for name in named)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -248,7 +268,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
     results = results_of(config)
-    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
+    judges = [j.name for j in settings_of(config).judges]
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites, judges)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

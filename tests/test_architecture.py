@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_geo"
 
 
@@ -81,12 +83,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.unit
 def test_no_import_cycles() -> None:
     graph = import_graph()
     assert "pytest_geo.plugin" in graph and graph["pytest_geo.pytest_layer.items"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+@pytest.mark.unit
 def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     graph = import_graph()
     graph["pytest_geo.data.dataset"] = graph["pytest_geo.data.dataset"] | {"pytest_geo.plugin"}
@@ -94,6 +98,7 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     assert cycle is not None and "pytest_geo.plugin" in cycle and cycle[0] == cycle[-1]
 
 
+@pytest.mark.e2e
 def test_importing_the_package_or_plugin_leaves_the_engine_unimported() -> None:
     """The plugin loads in every pytest run of every project that installs it; the
     engine, asyncio and the model SDK wait for a run that needs them."""
@@ -105,7 +110,21 @@ def test_importing_the_package_or_plugin_leaves_the_engine_unimported() -> None:
         assert done.stdout.strip() == "[]", module
 
 
+@pytest.mark.unit
 def test_each_subpackage_says_what_it_owns() -> None:
     for init in PACKAGE.glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert docstring, f"{init} has no docstring"
+
+
+@pytest.mark.unit
+def test_the_model_layer_imports_nothing_from_the_engine() -> None:
+    """Imports point down: the engine is handed a ready client stack (llm/stack.py), so
+    nothing under llm/ imports the engine, at import time or later."""
+    upward = []
+    for path in sorted((PACKAGE / "llm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            upward += [f"{path.name}: {name}" for name in names if name.startswith("pytest_geo.engine")]
+    assert upward == []

@@ -41,6 +41,7 @@ class ModelCall(TypedDict, total=False):
     seconds: float  # from sending the call to its answer (or failure)
     prompt_tokens: int  # as the server reported them (a cached answer: as it reported them then)
     completion_tokens: int
+    judge: str  # with --geo-judge: the judge a ranker call asked
 
 
 class OutcomeFields(TypedDict, total=False):
@@ -57,6 +58,8 @@ class OutcomeFields(TypedDict, total=False):
     error: str | None
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
+    # With --geo-judge: NAME -> {rank_before, rank_after, rank_improvement, error, order_before}
+    judges: dict[str, dict[str, Any]]
     judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
     calls: list[ModelCall]  # taken out as the record arrives, into the transcripts file (report/transcripts.py)
     n_calls: int  # and how many there were, left in their place,

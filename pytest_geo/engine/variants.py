@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pytest_geo.engine.prompts import TEMPLATES, PromptSet, check_template
+from pytest_geo.engine.prompts import TEMPLATES, PromptSet, check_template, egeo_rewriting_prompt
 from pytest_geo.engine.styles import ATTACK_SYSTEM, is_attack
 from pytest_geo.templates import PromptError
 
@@ -53,7 +53,9 @@ def _read(name: str, path: Path) -> str:
 
 
 def _checked(name: str, template: str, path: Path, text: str) -> str:
+    """The template, checked; an E-GEO rewriting prompt (`{description}`) made ours."""
     try:
+        text = egeo_rewriting_prompt(path, text)
         check_template(str(path), text, *TEMPLATES[template])
     except PromptError as exc:
         raise PromptError(f"variant {name}: {exc}") from None

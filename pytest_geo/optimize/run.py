@@ -16,9 +16,9 @@ from pytest_geo.engine.answer_schemas import proposal_schema
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
-from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.budget import budget_status
+from pytest_geo.llm.stack import ClientStack, build_stack, needed_models
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.optimize.search import (
     REWRITER,
@@ -55,9 +55,13 @@ class Outputs:
     scores: Path
 
 
-def counted_client(settings: Settings, client: ChatClient | None) -> CallCounter:
-    """The run's client (the one given, else built from settings) under a call counter."""
-    return CallCounter(client or factory.build_client(settings))
+def counted_stack(settings: Settings, client: ChatClient | None) -> tuple[ClientStack, CallCounter]:
+    """The run's client stacks (llm/stack.py; `client`: the default server's backend, if
+    given), every endpoint's backend under one call counter; the optimizer's endpoint
+    is checked at start too."""
+    counter = CallCounter()
+    needed = [*needed_models(settings), ("optimizer", settings.models["optimizer"])]
+    return build_stack(settings, client, needed, wrap=counter.counting), counter
 
 
 def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
@@ -150,13 +154,22 @@ def search_and_write(
         "model_calls_by_role": dict(sorted(counter.by_role.items())),
         "model_calls_by_phase": dict(sorted(counter.by_phase.items())),
         "validation_call_bound": m + 2 * k * m if task.component == REWRITER else None,
+        "validation_errors": {"current_prompt": len(baseline.errored), "best": len(best.errored)},
         "applied": False,
     }
     write_text_atomic(outputs.candidate, best.template)
     working = outputs.working
     applied = False
+    errors = f"current prompt {len(baseline.errored)} of {m}, candidate {best.index} {len(best.errored)} of {m}"
     if options.apply and best.template != current:
-        if working is None:
+        if baseline.errored or best.errored:
+            # The comparison left those rows out, but what they would have scored is
+            # unknown: a prompt chosen over them is not one to put in place unseen.
+            scores["apply_refused"] = f"validation rows errored ({errors})"
+            print(f"egeo: error: {task.component}: validation rows errored ({errors}); not applied: the "
+                  f"comparison could not use them. Fix what failed and rerun, or review {outputs.candidate}",
+                  file=sys.stderr)
+        elif working is None:
             print(f"egeo: warning: {task.component}: the template is written inline; copy the candidate by hand",
                   file=sys.stderr)
         elif working.read_bytes() != original:
@@ -178,6 +191,8 @@ def search_and_write(
         file=out,
     )
     print(f"post-optimization training score: {describe(train_summary)}", file=out)
+    if baseline.errored or best.errored:
+        print(f"validation rows with an error (left out of every comparison): {errors}", file=out)
     roles = ", ".join(f"{role} {n}" for role, n in sorted(counter.by_role.items()))
     bound = f" (at most M + 2*K*M = {m + 2 * k * m}, plus re-asks)" if task.component == REWRITER else ""
     print(

@@ -28,7 +28,7 @@ from pytest_geo.pytest_layer.items import (
     SuiteItem,
 )
 from pytest_geo.pytest_layer.state import DECLARED_SUITES, register_marker, settings_of
-from pytest_geo.suites.suite import Metric, Suite, SuiteError, load_rows, suites_in
+from pytest_geo.suites.suite import Metric, Suite, SuiteError, load_named_rows, suites_in
 from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 
 _GEO_METRIC_ENTRY = Metric(GEO_METRIC, "", None)
@@ -121,19 +121,19 @@ class SuiteCollector(pytest.Collector):
             return
         for split, spec in splits:
             try:
-                rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
-                                 geo=metric.is_geo)
+                named = load_named_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
+                                        geo=metric.is_geo)
             except SuiteError as exc:
                 raise self.CollectError(f"{where}: {exc}") from None
-            if not rows:
+            if not named:
                 yield EmptySplitItem.from_parent(self, name=f"{split}[no examples]", metric=metric, split=split,
                                                  **common)
             elif metric.is_geo:
-                yield from _geo_items(self, [packed_line(row) for row in rows], split=split,
+                yield from _geo_items(self, [packed_line(row) for _, row in named], split=split,
                                       name_format=split + "[{}]", **common)
             else:
-                for index, (value, expected) in enumerate(rows):
-                    yield SuiteItem.from_parent(self, name=f"{split}[{index}]", metric=metric, split=split,
+                for index, (name, (value, expected)) in enumerate(named):
+                    yield SuiteItem.from_parent(self, name=f"{split}[{name}]", metric=metric, split=split,
                                                 index=index, value=value, expected=expected, **common)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:

@@ -192,9 +192,8 @@ class SuiteItem(GeoItem):
         )
         self.geo_record["seconds"] = seconds
         if score.error:
-            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}",
-                           score.raised)
-        self.check_row_threshold(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]", score.value)
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.name}: {score.feedback}", score.raised)
+        self.check_row_threshold(f"{self.suite_name}::{self.metric.name} {self.name}", score.value)
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

@@ -1,5 +1,5 @@
 """The concurrency figures in the summary and the JSON report: plain data from
-`engine.adaptive.ConcurrencyStats.as_json`, merged across xdist workers. Apart from the
+`llm.adaptive.ConcurrencyStats.as_json`, merged across xdist workers. Apart from the
 engine, so the plugin's end of run never imports asyncio for them."""
 
 from __future__ import annotations

@@ -52,6 +52,8 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
                   format_stats_line(suite.summary, suite.clean_scores, suite.errors)]
         if noise is not None:
             lines.append(noise.summary())
+        if suite.panel is not None:
+            lines += suite.panel.lines(name)
     # Pooled over suites; not over variants, which score the same rows again.
     if len(results.geo_suites()) > 1 and not any("variant" in r for r in results.records):
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))

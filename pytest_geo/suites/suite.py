@@ -24,6 +24,7 @@ from pytest_geo.data.dataset import (
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 from pytest_geo.suites.procedures import PromptProcedure
+from pytest_geo.suites.row_names import by_content, by_position
 
 Row = tuple[Any, Any]
 MAX_PYTHON_ROWS = 100_000  # one pytest item each
@@ -250,19 +251,29 @@ async def _await(awaitable: Any) -> Any:
 def load_rows(
     suite_name: str, dataset: str, spec: DatasetSpec, base_dir: Path | None, seed: int, geo: bool = False
 ) -> list[Any]:
-    """A dataset's rows: pairs, GEO rows (for the rank metric) or problems; raises
-    SuiteError naming the suite and dataset when the data cannot be loaded at all."""
+    """A dataset's rows, in the order `load_named_rows` gives them."""
+    return [row for _, row in load_named_rows(suite_name, dataset, spec, base_dir, seed, geo)]
+
+
+def load_named_rows(
+    suite_name: str, dataset: str, spec: DatasetSpec, base_dir: Path | None, seed: int, geo: bool = False
+) -> list[tuple[str, Any]]:
+    """A dataset's rows: pairs, GEO rows (for the rank metric) or problems, each with its
+    name in node ids (suites/row_names.py: its position in a file, list or tuple, else
+    its content's hash); raises SuiteError naming the suite and dataset when the data
+    cannot be loaded at all."""
     where = f"suite {suite_name!r}: dataset {dataset!r}"
     try:
         if isinstance(spec, (str, Path)):
             path = Path(spec)
             if not path.is_absolute() and base_dir is not None:
                 path = base_dir / path
-            return list(iter_dataset(path, seed)) if geo else _read_pairs(path)
+            return by_position(list(iter_dataset(path, seed)) if geo else _read_pairs(path))
         if geo:
             raise SuiteError(f"{where}: the {GEO_METRIC} metric needs a GEO JSONL file path")
         rows = spec() if callable(spec) else spec
-        return [_pair(row, where, i) for i, row in enumerate(_bounded(rows, where))]
+        pairs = [_pair(row, where, i) for i, row in enumerate(_bounded(rows, where))]
+        return by_position(pairs) if isinstance(rows, list | tuple) else by_content(pairs)
     except SuiteError:
         raise
     except DatasetError as exc:
@@ -351,4 +362,4 @@ def suites_in(module: Any) -> list[Suite]:
     return list(found.values())
 
 
-__all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_rows", "score_row", "suite"]
+__all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_named_rows", "load_rows", "score_row", "suite"]
