@@ -399,3 +399,23 @@ def test_rows_and_transcripts_carry_seconds_and_tokens_and_junit_the_rows_time(s
     assert sum(c["completion_tokens"] for c in calls) == sum(r["completion_tokens"] for r in rows)
     times = [float(case.get("time", "0")) for case in ET.parse(path / "j.xml").getroot().iter("testcase")]
     assert len(times) == 2 and min(times) >= 0.2
+
+
+# --- 4. the HTML report's cost line and header --------------------------------------------------
+
+
+@pytest.mark.plugin
+def test_the_html_says_the_mock_costs_nothing(geo_project: pytest.Pytester) -> None:
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "h.html").assert_outcomes(passed=8)
+    html = (geo_project.path / "h.html").read_text(encoding="utf-8")
+    assert '<p class="meta">total $0: the mock model costs nothing</p>' in html
+    assert "no price for" not in html
+
+
+@pytest.mark.plugin
+def test_the_html_header_names_only_the_models_that_ran(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(1)), "--geo-html", "h.html")
+    result.assert_outcomes(passed=1)
+    html = (served_project.pytester.path / "h.html").read_text(encoding="utf-8")
+    assert '<p class="meta">ranker=gpt-4o-mini, rewriter=gpt-4o-mini; seed 7;' in html
+    assert "optimizer=" not in html
