@@ -125,3 +125,23 @@ def test_a_json_file_not_named_is_not_collected(pytester: pytest.Pytester) -> No
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
     result = pytester.runpytest("--geo-mock", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.plugin
+def test_judges_named_after_a_cache_take_their_before_ranking_from_it(pytester: pytest.Pytester) -> None:
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-mock", "-p", "no:cacheprovider",
+                                "--geo-judge", "gpt5=m1", "--geo-judge", "claude=m2", "--geo-judge", "live=m3",
+                                "-k", "10000 or 10007 or 10133", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2, failed=1, deselected=17)
+    # a before call for the live judge only, an after call for each: 3 rows x (1 + 3); one rewrite a row
+    result.stdout.fnmatch_lines(["egeo/test_data.json:20: error: judge claude: no cached before-ranking of query 10133 in "
+                                 "test_initial_ranking_claude.json*", "  ranker: calls=12 *", "  rewriter: calls=3 *"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    row = next(r for r in report["rows"] if r["query_id"] == "10000")
+    gpt5, claude = (cached_before_rankings(FIXTURE / "test_data.json", name) for name in ("gpt5", "claude"))
+    assert gpt5 is not None and claude is not None and gpt5["10000"] != claude["10000"]
+    for name, cache in (("gpt5", gpt5), ("claude", claude)):
+        assert row["judges"][name]["order_before"] == cache["10000"]
+        assert row["judges"][name]["rank_before"] == cache["10000"].index(row["target_id"]) + 1
+    assert report["geo"]["datasets"]["egeo/test_data.json"]["n"] == 3

@@ -7,6 +7,7 @@ the selected product. A malformed entry is a problem naming the file and the que
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -102,11 +103,17 @@ def _row(label: str, ordinal: int, query_id: str, entry: Any, selected: Mapping[
     return GeoRow(label, ordinal, entry["query"], candidates, str(index + 1), query_id)
 
 
+# Where each E-GEO row's file is, by the label its rows carry (GeoRow.path): the judges'
+# cached before-rankings are read beside it (cached_order).
+_SOURCES: dict[str, Path] = {}
+
+
 def iter_egeo(path: Path | str, display: str | None = None) -> Iterator[DatasetLine]:
     """Each query of an E-GEO data file as a row (in the file's order, numbered from 1 as
     its `line`), or a problem naming the file and the query id."""
     path = Path(path)
     label = display or str(path)
+    _SOURCES[label] = path.resolve()
     data = _load(path, label)
     selected_path = selected_products_path(path)
     selected = _load(selected_path, str(selected_path))
@@ -132,6 +139,29 @@ def _ranking(value: Any) -> list[str] | None:
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in ranking):
         return None
     return [str(n) for n in ranking]
+
+
+def cached_order(row: GeoRow, judge: str) -> tuple[str, ...] | None:
+    """The judge's cached before-ranking of an E-GEO row (product ids, best first); None
+    when the row is not E-GEO data or the judge has no cache there. A ValueError when the
+    cache leaves the row out or does not rank its target: E-GEO drops such a query for
+    that judge, so its cell stays empty."""
+    source = _SOURCES.get(row.path)
+    rankings = _rankings(source, judge) if source is not None else None
+    if source is None or rankings is None:
+        return None
+    order = rankings.get(row.query_id or "")
+    if order is None:
+        cache = initial_ranking_path(source, judge).name
+        raise ValueError(f"no cached before-ranking of query {row.query_id} in {cache}")
+    if row.target_id not in order:
+        raise ValueError(f"the cached before-ranking of query {row.query_id} does not rank its target {row.target_id}")
+    return tuple(order)
+
+
+@functools.lru_cache(maxsize=32)
+def _rankings(path: Path, judge: str) -> dict[str, list[str]] | None:
+    return cached_before_rankings(path, judge)
 
 
 def cached_before_rankings(path: Path | str, judge: str) -> dict[str, list[str]] | None:

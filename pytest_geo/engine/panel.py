@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow
+from pytest_geo.data.egeo_data import cached_order
 from pytest_geo.data.record import ModelCall
 from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, fact_violations, one_line
 from pytest_geo.engine.judges import Judge
@@ -78,6 +79,9 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
     rewrite_calls: list[ModelCall] = []
 
     async def rank_before(judge: Judge) -> tuple[str, ...]:
+        cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
+        if cached is not None:
+            return cached
         if before is None:
             order, calls = await _ranked_before(engine, row, judge)
         else:

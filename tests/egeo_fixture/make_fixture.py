@@ -41,7 +41,7 @@ def main() -> None:
         selected[query_id] = {"ind": ind, "product": products[ind]}
         order = list(range(1, 11))
         rng.shuffle(order)
-        gpt5[query_id] = {"results": {"ranking": order, "questionable_products": []}}
+        gpt5[query_id] = {"results": {"ranking": list(order), "questionable_products": []}}
         rng.shuffle(order)
         # older caches hold the results as a JSON string; one query has none (dropped)
         claude[query_id] = ({"results": None} if q == 19 else
