@@ -343,6 +343,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record = getattr(item, "geo_record", None)
     if record is not None:
         report.geo_record = record  # plain data: it travels with the report to an xdist controller
+        # A GEO row ran ahead of its item, which only collected its outcome: its duration
+        # (JUnit's time, --durations) is the row's own wall time.
+        report.duration = max(report.duration, record.get("seconds", 0.0))
         if writes_junit(item.config):  # on the teardown report, read by --junitxml (a worker's: by its controller's)
             item.user_properties.extend(junit_properties(record))
         item.geo_record = None  # type: ignore[attr-defined]  # the report has it; items live to the end of the session

@@ -37,6 +37,7 @@ def ratio(rows, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_a_metric_that_raises_shows_its_traceback_and_the_row_scores_zero(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=RAISING)
     result = run(pytester, "--geo-report", "r.json")
@@ -57,6 +58,7 @@ def test_a_metric_that_raises_shows_its_traceback_and_the_row_scores_zero(pytest
     assert [r["score"] for r in rows] == [1.0, 0.0, 0.5]
 
 
+@pytest.mark.plugin
 def test_a_metrics_traceback_follows_tb(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=RAISING)
     short = run(pytester, "--tb=short")
@@ -86,6 +88,7 @@ def same(rows, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_a_row_scoring_false_passes_without_row_threshold(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ""))
     result = run(pytester)
@@ -93,6 +96,7 @@ def test_a_row_scoring_false_passes_without_row_threshold(pytester: pytest.Pytes
     assert result.ret == 0
 
 
+@pytest.mark.plugin
 def test_a_row_below_the_row_threshold_fails_its_item(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ", row_threshold=1"))
     result = run(pytester)
@@ -101,6 +105,7 @@ def test_a_row_below_the_row_threshold_fails_its_item(pytester: pytest.Pytester)
     assert result.stdout.lines[-2] == "- s::same: 0.6667"
 
 
+@pytest.mark.plugin
 def test_row_threshold_in_a_yaml_suite(pytester: pytest.Pytester) -> None:
     pytester.syspathinsert()
     pytester.makepyfile(procs="def same(rows, expected):\n    return rows == expected\n")
@@ -118,6 +123,7 @@ row_threshold: 0.5
     result.stdout.fnmatch_lines(["*s::same train[[]1[]]: scored 0.0000, below the suite's row_threshold 0.5"])
 
 
+@pytest.mark.plugin
 def test_a_row_threshold_that_is_not_a_number_is_a_collection_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", ", row_threshold=float('nan')"))
     result = run(pytester)
@@ -128,6 +134,7 @@ def test_a_row_threshold_that_is_not_a_number_is_a_collection_error(pytester: py
 # --- 10. side by side with the E-GEO harness ---------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_one_suite_bound_to_two_names_is_collected_once(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=ROWS.replace("ROW_THRESHOLD", "") + "\nalias = s_eval\n")
     collected = run(pytester, "--collect-only", "-q")
@@ -139,6 +146,7 @@ def test_one_suite_bound_to_two_names_is_collected_once(pytester: pytest.Pyteste
     assert entry["n"] == 3
 
 
+@pytest.mark.plugin
 def test_one_suite_bound_to_two_names_in_a_conftest_is_collected_once(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(ROWS.replace("ROW_THRESHOLD", "") + "\nalias = s_eval\n")
     run(pytester, "--collect-only", "-q").stdout.fnmatch_lines(["3 tests collected*"])
@@ -147,6 +155,7 @@ def test_one_suite_bound_to_two_names_in_a_conftest_is_collected_once(pytester: 
 # --- 9. messages that read right -------------------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_a_misspelt_yaml_key_is_named(pytester: pytest.Pytester) -> None:
     pytester.makefile(".geo.yaml", s="""
 suite: s
@@ -166,12 +175,14 @@ metrics: {builtin: exact_match, dataset: rows}
     ({"mode": "fixed", "limit": 2}, "fixed at 2 rows in flight"),
     ({"mode": "auto", "start": 1, "reached": 1, "limit": 1, "maximum": 4}, "auto, the limit stayed at 1 row in flight (bound 4)"),
 ])
+@pytest.mark.unit
 def test_one_row_in_flight_is_singular(stats: dict[str, object], shape: str) -> None:
     from pytest_geo.report.concurrency import stats_line
 
     assert stats_line({"rate_limited": 0, **stats}) == f"concurrency: {shape}; 429 answers seen: 0"
 
 
+@pytest.mark.e2e
 def test_apply_when_the_current_prompt_stays_best_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     project = make_project(tmp_path / "p")
@@ -200,6 +211,7 @@ def same(rows, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_the_header_says_the_default_split_runs_test_data(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_s=HELD_OUT)
     result = run(pytester)
@@ -216,6 +228,7 @@ def test_the_header_says_the_default_split_runs_test_data(pytester: pytest.Pytes
 PRICED = "[pytest]\ngeo_prices =\n    gpt-4o-mini = 0.15, 0.60\n"  # the list price, said for this local server
 
 
+@pytest.mark.plugin
 def test_a_budget_the_full_run_fits_in_runs_every_row(served_project: GeoProject) -> None:
     """10 rows cost about $0.0015 at the fake server; each call used to reserve its
     4,096-token cap ($0.0025 of answer alone), so $0.005 ran only a few rows."""
@@ -226,12 +239,14 @@ def test_a_budget_the_full_run_fits_in_runs_every_row(served_project: GeoProject
     assert len(caps) == 30 and 256 < min(caps) and max(caps) < 1024
 
 
+@pytest.mark.plugin
 def test_a_cap_the_user_sets_is_sent_as_set(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(2)), "--geo-max-output-tokens", "3000")
     result.assert_outcomes(passed=2)
     assert {r["body"]["max_tokens"] for r in served_project.server.requests} == {3000}
 
 
+@pytest.mark.unit
 def test_a_reasoning_model_keeps_the_default_cap() -> None:
     from pytest_geo.llm.profiles import sized_cap
 
@@ -242,6 +257,7 @@ def test_a_reasoning_model_keeps_the_default_cap() -> None:
     assert sized_cap("qwen3-8b", None, 100, 4096) == 4096  # a local model may think aloud in its answer
 
 
+@pytest.mark.plugin
 def test_the_budget_message_names_the_cap_flag_when_the_cap_is_what_blocks(served_project: GeoProject) -> None:
     served_project.pytester.makeini(PRICED)
     result = served_project.run(str(served_project.dataset(2)), "--geo-max-output-tokens", "100000",
@@ -259,6 +275,7 @@ def optimize_args(url: str, *extra: str) -> list[str]:
             "--base-url", url, *extra]
 
 
+@pytest.mark.e2e
 def test_egeo_optimize_prints_its_cost_and_caches_its_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                fake_openai: FakeOpenAI,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -276,6 +293,7 @@ def test_egeo_optimize_prints_its_cost_and_caches_its_answers(tmp_path: Path, mo
     assert len(fake_openai.requests) >= 2 * sent  # sent again, and without the cache a repeated call is sent twice
 
 
+@pytest.mark.e2e
 def test_egeo_optimize_holds_to_a_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=3)
@@ -289,6 +307,7 @@ def test_egeo_optimize_holds_to_a_budget(tmp_path: Path, monkeypatch: pytest.Mon
 # --- 8. egeo evaluate in a project made by egeo init; egeo init's last line ----------------------
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_runs_the_init_projects_dataset_and_names_its_prompts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
@@ -302,6 +321,7 @@ def test_egeo_evaluate_runs_the_init_projects_dataset_and_names_its_prompts(
             f"prompts {tmp_path / 'prompts'}") in captured.err.splitlines()
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_reads_geo_datasets_and_geo_prompts_from_the_ini(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=2)
@@ -315,6 +335,7 @@ def test_egeo_evaluate_reads_geo_datasets_and_geo_prompts_from_the_ini(
            f"prompts {tmp_path / 'mine'}" in err.splitlines()
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_without_a_dataset_anywhere_says_what_it_needs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
@@ -323,6 +344,7 @@ def test_egeo_evaluate_without_a_dataset_anywhere_says_what_it_needs(
                                        "YAML suite scores a GEO dataset by rank_improvement\n")
 
 
+@pytest.mark.e2e
 def test_egeo_init_says_to_add_the_lines_when_it_only_printed_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "tox.ini").write_text("[pytest]\naddopts = -q\n")
@@ -336,6 +358,7 @@ def test_egeo_init_says_to_add_the_lines_when_it_only_printed_them(
 # --- 6. variants that tie ----------------------------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_variants_that_tie_are_shown_as_ties_and_not_pooled(geo_project: pytest.Pytester) -> None:
     from test_variants import SIGNAL_TEMPLATE
 
@@ -353,3 +376,48 @@ def test_variants_that_tie_are_shown_as_ties_and_not_pooled(geo_project: pytest.
     html = (geo_project.path / "r.html").read_text(encoding="utf-8")
     assert "<td>plain (tied)</td><td>bestfor (tied)</td>" in html
     assert "<th>better</th>" not in html
+
+
+# --- 5. latency and tokens per call, the row's time in JUnit ------------------------------------
+
+
+@pytest.mark.plugin
+def test_rows_and_transcripts_carry_seconds_and_tokens_and_junit_the_rows_time(served_project: GeoProject) -> None:
+    import gzip
+    import xml.etree.ElementTree as ET
+
+    served_project.server.latency = 0.1
+    result = served_project.run(str(served_project.dataset(2)), "--geo-report", "r.json", "--junitxml", "j.xml")
+    result.assert_outcomes(passed=2)
+    path = served_project.pytester.path
+    rows = json.loads((path / "r.json").read_text())["rows"]
+    for row in rows:
+        assert row["n_calls"] == 3 and row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+        assert row["model_seconds"] >= 0.3 and row["seconds"] >= 0.2  # rank_before beside the rewrite, then rank_after
+    with gzip.open(path / "r.transcripts.jsonl.gz", "rt", encoding="utf-8") as handle:
+        lines = [json.loads(line) for line in handle]
+    calls = [call for line in lines for call in line["calls"]]
+    assert len(calls) == 6 and all(c["seconds"] >= 0.1 and c["prompt_tokens"] > 0 for c in calls)
+    assert sum(c["completion_tokens"] for c in calls) == sum(r["completion_tokens"] for r in rows)
+    times = [float(case.get("time", "0")) for case in ET.parse(path / "j.xml").getroot().iter("testcase")]
+    assert len(times) == 2 and min(times) >= 0.2
+
+
+# --- 4. the HTML report's cost line and header --------------------------------------------------
+
+
+@pytest.mark.plugin
+def test_the_html_says_the_mock_costs_nothing(geo_project: pytest.Pytester) -> None:
+    geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "h.html").assert_outcomes(passed=8)
+    html = (geo_project.path / "h.html").read_text(encoding="utf-8")
+    assert '<p class="meta">total $0: the mock model costs nothing</p>' in html
+    assert "no price for" not in html
+
+
+@pytest.mark.plugin
+def test_the_html_header_names_only_the_models_that_ran(served_project: GeoProject) -> None:
+    result = served_project.run(str(served_project.dataset(1)), "--geo-html", "h.html")
+    result.assert_outcomes(passed=1)
+    html = (served_project.pytester.path / "h.html").read_text(encoding="utf-8")
+    assert '<p class="meta">ranker=gpt-4o-mini, rewriter=gpt-4o-mini; seed 7;' in html
+    assert "optimizer=" not in html

@@ -38,6 +38,9 @@ class ModelCall(TypedDict, total=False):
     answer: str | None
     cached: bool
     error: str
+    seconds: float  # from sending the call to its answer (or failure)
+    prompt_tokens: int  # as the server reported them (a cached answer: as it reported them then)
+    completion_tokens: int
     judge: str  # with --geo-judge: the judge a ranker call asked
 
 
@@ -59,7 +62,11 @@ class OutcomeFields(TypedDict, total=False):
     judges: dict[str, dict[str, Any]]
     judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
     calls: list[ModelCall]  # taken out as the record arrives, into the transcripts file (report/transcripts.py)
-    n_calls: int  # and how many there were, left in their place
+    n_calls: int  # and how many there were, left in their place,
+    model_seconds: float  # with the calls' seconds and tokens added up
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float  # the row's wall time: its experiment (GEO rows) or its metric (suite rows)
 
 
 class RowRecord(_Where, OutcomeFields, total=False):

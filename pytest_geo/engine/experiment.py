@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import random
+import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring
@@ -59,6 +60,7 @@ class GeoOutcome:
     not_run: bool = False  # the model server was found unusable: no result, not an error
     # With --geo-judge: each judge's cell (engine/panel.py), in the judges' order.
     judges: tuple[JudgeOutcome, ...] = ()
+    seconds: float = field(default=0.0, compare=False)  # the experiment's wall time
 
     @property
     def rank_improvement(self) -> float | None:
@@ -96,6 +98,7 @@ class GeoOutcome:
             error=self.error,
             fact_violations=list(self.fact_violations),
             calls=list(self.calls),
+            seconds=round(self.seconds, 6),
         )
         if self.judges:
             fields["judges"] = {j.name: j.record() for j in self.judges}
@@ -260,14 +263,18 @@ class GeoEngine:
                 call["judge"] = judge.name
             if calls is not None:
                 calls.append(call)
+            sent = time.perf_counter()
             try:
                 response = await self.client.complete(request)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 call["error"] = one_line(exc)
+                call["seconds"] = round(time.perf_counter() - sent, 6)
                 raise
             call["answer"], call["cached"] = kept_answer(response.text), response.cached
+            call["seconds"] = round(time.perf_counter() - sent, 6)
+            call["prompt_tokens"], call["completion_tokens"] = response.prompt_tokens, response.completion_tokens
             try:
                 check_answer(role, response, cap, self.cap_flag)
             except UnusableAnswer as exc:
@@ -364,6 +371,7 @@ class GeoEngine:
         `rank_before` may be given (the optimizer computes it once per row and reuses
         it, since it does not depend on the rewriter prompt; its calls are then not part
         of this row's transcript)."""
+        started = time.perf_counter()
         before: int | None = None
         after: int | None = None
         rewritten: str | None = None
@@ -392,7 +400,8 @@ class GeoEngine:
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
         return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
-                          fact_violations=violations, calls=calls, not_run=not_run)
+                          fact_violations=violations, calls=calls, not_run=not_run,
+                          seconds=time.perf_counter() - started)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:

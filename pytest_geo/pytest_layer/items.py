@@ -3,6 +3,7 @@ row, records the result on itself and fails with a one-line message when the row
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,9 @@ class SuiteItem(GeoItem):
         super().__init__(**kwargs)
 
     def runtest(self) -> None:
+        started = time.perf_counter()
         score = self._score()
+        seconds = round(time.perf_counter() - started, 6)
         reached = budget_reached(self.config) if score.error else None
         if reached is not None:  # its model call was not sent: the budget gate fails once for the run
             pytest.skip(f"not run: {reached}")
@@ -187,6 +190,7 @@ class SuiteItem(GeoItem):
             self._where("suite", self.metric.name), self.index, shorten_repr(self.value, 200), score.value,
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
+        self.geo_record["seconds"] = seconds
         if score.error:
             self.row_error(f"{self.suite_name}::{self.metric.name} {self.name}: {score.feedback}", score.raised)
         self.check_row_threshold(f"{self.suite_name}::{self.metric.name} {self.name}", score.value)

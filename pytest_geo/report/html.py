@@ -325,7 +325,9 @@ def _usage_table(report: Mapping[str, Any]) -> str:
                     + [_cell(priced.get("cost"), "num", money), _cell(priced.get("saved_by_cache"), "num", money)])
     total = cost.get("total")
     unreported = cost.get("unreported_usage_roles") or []
-    if total is not None:
+    if (report.get("metadata") or {}).get("mock"):
+        note = "total $0: the mock model costs nothing"
+    elif total is not None:
         note = f"total {money(total)} at list prices ({cost.get('prices_date', '')})"
     elif unreported and not cost.get("unpriced_roles"):
         note = "total unknown: the server reported no usage for some calls of " + ", ".join(unreported)
@@ -333,6 +335,14 @@ def _usage_table(report: Mapping[str, Any]) -> str:
         note = "total unknown: no price for " + ", ".join(cost.get("unpriced_roles") or ["the mock"])
     headers = ("role", *(name.replace("_", " ") for name in USAGE_COLUMNS), "cost", "saved by cache")
     return _table(headers, rows, "usage") + f'<p class="meta">{escape(note)}</p>'
+
+
+def _models_used(report: Mapping[str, Any]) -> dict[str, str]:
+    """The models of the roles that made calls (an optimizer that did not run is not
+    named); before any call, the roles every run has."""
+    models = (report.get("metadata") or {}).get("models") or {}
+    used = {"rewriter" if role == "procedure" else role for role in report.get("usage") or {}}
+    return {role: model for role, model in models.items() if role in (used or {"ranker", "rewriter"})}
 
 
 def partial_run_banner(report: Mapping[str, Any]) -> str:
@@ -356,7 +366,7 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
     meta = report.get("metadata") or {}
     rows = report.get("rows", [])
     geo_rows = [r for r in rows if r.get("kind") == "geo"]
-    models = ", ".join(f"{role}={model}" for role, model in (meta.get("models") or {}).items())
+    models = ", ".join(f"{role}={model}" for role, model in _models_used(report).items())
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"/>',

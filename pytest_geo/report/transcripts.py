@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_geo.data.files import open_atomic
-from pytest_geo.data.record import RowRecord
+from pytest_geo.data.record import ModelCall, RowRecord
 from pytest_geo.llm.redaction import run_redactor
 
 SUFFIX = ".transcripts.jsonl.gz"
@@ -53,12 +53,21 @@ def take_transcript(record: RowRecord) -> dict[str, Any] | None:
                  "calls": r.pop("calls", [])} for i, r in enumerate(repeats)]
         record.pop("calls", None)
         record["n_calls"] = sum(len(r["calls"]) for r in runs)
+        _add_up(record, [call for r in runs for call in r["calls"]])
         return {"nodeid": record["nodeid"], "repeats": runs}
     calls = record.pop("calls", None)
     if calls is None:
         return None
     record["n_calls"] = len(calls)
+    _add_up(record, calls)
     return {"nodeid": record["nodeid"], "calls": calls}
+
+
+def _add_up(record: RowRecord, calls: list[ModelCall]) -> None:
+    """The row's model seconds and tokens, its calls' added up (they stay in the transcript)."""
+    record["model_seconds"] = round(sum(c.get("seconds", 0.0) for c in calls), 6)
+    record["prompt_tokens"] = sum(c.get("prompt_tokens", 0) for c in calls)
+    record["completion_tokens"] = sum(c.get("completion_tokens", 0) for c in calls)
 
 
 def slim_copy(record: RowRecord) -> RowRecord:
