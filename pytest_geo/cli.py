@@ -23,18 +23,16 @@ from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
-from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
-from pytest_geo.report.concurrency import stats_line
+from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.progress import ProgressDisplay, status_text
 from pytest_geo.report.results import Results
-from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
-from pytest_geo.report.terminal import fact_lines, request_change_lines
+from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor
+from pytest_geo.report.terminal import comparison_lines, fact_lines, run_notes, written_lines
 from pytest_geo.report.transcripts import TranscriptSpool
-from pytest_geo.report.variants import compare_variants
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     DEFAULT_CONCURRENCY,
@@ -173,90 +171,96 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
-    names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
-    # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
-    named_rows = [(f"{dataset}::{name}", dataset, line) for name, line in zip(names, lines, strict=True)
-                  if isinstance(line, GeoRow)]
-    if settings.variants:
-        named_rows = [(f"{nodeid}[{v}]", f"{suite}[{v}]", replace(row, variant=v))
-                      for nodeid, suite, row in named_rows for v in settings.variants]
-    problems = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+    jobs, problems = _jobs(args.dataset, settings)
     for _, problem in problems:
         print(problem, file=sys.stderr)
     local = placeholder_key_host(settings)
     if local is not None:
         print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
-    geo = GeoSession(settings)
     results = Results(transcripts=TranscriptSpool(keep=bool(args.report or args.html)))
-    monitor = _monitor(settings, named_rows) if settings.sequential else None
-    results.sequential = monitor
+    results.sequential = _monitor(settings, jobs) if settings.sequential else None
+    geo = GeoSession(settings)
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
         if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
             make_ignored_pytest_cache(PYTEST_CACHE)
-        display = _progress(settings)
-        # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
-        for batch in _rounds(named_rows, monitor):
-            results.selected.update(nodeid for nodeid, _, _ in batch)
-            outcomes = _run_rows(geo, [row for _, _, row in batch], display, len(named_rows))
-            for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
-                if outcome.not_run:  # never sent (the budget, a server found unusable): no score
-                    continue
-                record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
-                results.add(record)
-                if monitor is not None:
-                    monitor.add(record)
-                if outcome.error is not None:
-                    print(f"{suite}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
-                if args.verbose:
-                    print(json.dumps(verbose_line(outcome)))
+        _run(geo, jobs, results, verbose=args.verbose)
     finally:
         geo.close()
-    if not settings.mock and (stats := geo.concurrency_told()) is not None:  # the mock has no rate limits
-        print(stats_line(stats), file=sys.stderr)
-    usage = results.usage = geo.usage_table()
-    results.request_changes = geo.request_changes()
+    take_counts(results, geo)  # the plugin's records, aggregation and summary, so egeo and pytest cannot drift
     results.budget = budget_status(settings)
     for name, problem in problems:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
-    for line in fact_lines(results):
+    for line in [*run_notes(results, settings.mock, "pytest's ini option geo_prices"), *fact_lines(results),
+                 *_partial(results, geo.stopped), *comparison_lines(results)]:
         print(line, file=sys.stderr)
-    for line in request_change_lines(results.request_changes):
-        print(line, file=sys.stderr)
-    if usage:
-        print("model usage:", file=sys.stderr)
-        for line in usage_lines(usage):
-            print(f"  {line}", file=sys.stderr)
-        if not settings.mock:
-            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
-    if results.budget is not None:
-        print(results.budget.line(), file=sys.stderr)
-    stopped = geo.stopped or results.budget_reached
-    if stopped is not None and not results.complete:
-        print(f"egeo: partial run: {results.not_run} of {len(results.selected)} rows did not run ({stopped}); "
-              "the metrics cover only the rows that ran", file=sys.stderr)
-    for line in _comparison_lines(results):
-        print(line, file=sys.stderr)
-    if settings.variants:
-        metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
-        print(json.dumps({v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}, indent=2, sort_keys=True))
-    else:
-        print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
-    if args.report or args.html:
-        results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
-    written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
-    for kind, path in (("report", args.report), ("HTML report", args.html)):
-        if path in written:
-            print(f"{kind} written to {path}", file=sys.stderr)
-    if results.transcripts_path is not None:
-        print(f"transcripts written to {results.transcripts_path}", file=sys.stderr)
-    for error in results.write_errors:
-        print(error, file=sys.stderr)
+    print(json.dumps(_metrics(results, settings, dataset), indent=2, sort_keys=True))
+    _write_reports(args, results, settings, started, time.perf_counter() - clock)
     failed = results.problems or results.write_errors or not results.complete
     return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
+
+
+def _jobs(path: Path, settings: Settings) -> tuple[list[Job], list[tuple[str, RowProblem]]]:
+    """The rows to run, as (node id, suite, row), named as the plugin names them (with
+    variants one per row and variant), and the malformed lines with their names."""
+    names, lines = _selected_lines(path, settings)
+    dataset = str(path)
+    jobs = [(f"{dataset}::{name}", dataset, line) for name, line in zip(names, lines, strict=True)
+            if isinstance(line, GeoRow)]
+    if settings.variants:
+        jobs = [(f"{nodeid}[{v}]", f"{suite}[{v}]", replace(row, variant=v))
+                for nodeid, suite, row in jobs for v in settings.variants]
+    return jobs, [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+
+
+def _run(geo: GeoSession, jobs: Sequence[Job], results: Results, verbose: bool) -> None:
+    """Every job, a round at a time under --sequential; each row's record as the plugin
+    makes it, in order, as it is ready."""
+    display = _progress(geo.settings)
+    for batch in _rounds(jobs, results.sequential):
+        results.selected.update(nodeid for nodeid, _, _ in batch)
+        outcomes = _run_rows(geo, [row for _, _, row in batch], display, len(jobs))
+        for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
+            if outcome.not_run:  # never sent (the budget, a server found unusable): no score
+                continue
+            record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
+            results.add(record)
+            if results.sequential is not None:
+                results.sequential.add(record)
+            if outcome.error is not None:
+                print(f"{suite}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+            if verbose:
+                print(json.dumps(verbose_line(outcome)))
+
+
+def _partial(results: Results, stopped: str | None) -> list[str]:
+    stopped = stopped or results.budget_reached
+    if stopped is None or results.complete:
+        return []
+    return [f"egeo: partial run: {results.not_run} of {len(results.selected)} rows did not run ({stopped}); "
+            "the metrics cover only the rows that ran"]
+
+
+def _metrics(results: Results, settings: Settings, dataset: str) -> object:
+    """The E-GEO harness's metrics JSON; with variants, one per variant."""
+    if not settings.variants:
+        return results.geo_overall().as_geo()
+    metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
+    return {v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}
+
+
+def _write_reports(args: argparse.Namespace, results: Results, settings: Settings, started: float,
+                   duration: float) -> None:
+    if args.report or args.html:
+        results.metadata = run_metadata(settings, started, duration)
+    write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
+    for line in written_lines(results, (("--report", "report", args.report), ("--html", "HTML report", args.html))):
+        print(line, file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
@@ -282,15 +286,6 @@ def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]
                 break
             yield [by_nodeid[n] for _, members in comparison.units[start:start + comparison.round_size]
                    for n in members.values()]
-
-
-def _comparison_lines(results: Results) -> list[str]:
-    """The variants' paired comparisons and the sequential decisions, as pytest prints them."""
-    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
-    if results.sequential is not None:
-        items_run = sum(1 for r in results.records if r["kind"] == "geo")
-        lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
-    return lines
 
 
 def verbose_line(outcome: Outcome) -> dict[str, object]:

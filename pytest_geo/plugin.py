@@ -66,6 +66,7 @@ from pytest_geo.pytest_layer.state import (
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.concurrency import merge_stats
+from pytest_geo.report.finish import take_counts
 from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.results import Results
@@ -89,7 +90,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """Before conftests load and the command line is parsed for good: keep the project's
     rootdir when `--geo-dataset PATH` moved it, and make `--geo-dataset` without positional
     arguments the run's arguments (invocation.py says why and how)."""
-    restore_project_setup(early_config, args)
+    restore_project_setup(early_config, parser, args)
     datasets_as_args(early_config, args)
 
 
@@ -377,10 +378,7 @@ class GeoCollector:
         geo = running_session(self.config)
         if geo is not None:
             geo.close()
-            merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
-            if (stats := geo.concurrency_told()) is not None:
-                self.results.concurrency = merge_stats(self.results.concurrency, stats)
-            merge_lessons(self.results.request_changes, geo.request_changes())
+            take_counts(self.results, geo)  # the loop has stopped: safe to read
         run = sequential_run(self.config)
         if run is not None:
             run.close()

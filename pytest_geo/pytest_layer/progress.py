@@ -41,7 +41,7 @@ def wanted(config: pytest.Config, mode: str) -> Any:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if mode == "off" or reporter is None:
         return None
-    if mode == "auto" and config.get_verbosity() <= -2:
+    if mode == "auto" and config.getoption("verbose") <= -2:
         return None
     return reporter
 
@@ -50,7 +50,9 @@ class PluginProgress:
     def __init__(self, geo: GeoSession, selected: int, reporter: Any) -> None:
         self.geo = geo
         self.selected = selected
-        self.display = ProgressDisplay(TerminalOutput(reporter), tty=bool(getattr(reporter, "isatty", False)))
+        # Redrawing in place needs `write_raw` (pytest >= 9); before, plain lines as in a CI log.
+        tty = bool(getattr(reporter, "isatty", False)) and hasattr(reporter, "write_raw")
+        self.display = ProgressDisplay(TerminalOutput(reporter), tty=tty)
 
     @classmethod
     def start(cls, config: pytest.Config, geo: GeoSession, selected: int) -> PluginProgress | None:
