@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -28,14 +27,13 @@ from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
-from pytest_geo.report.progress import ProgressDisplay, status_text
+from pytest_geo.report.progress import RunProgress, stderr_progress
 from pytest_geo.report.results import Results
-from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor
+from pytest_geo.report.stopping import Monitor, monitor_for, planned_row, rounds
 from pytest_geo.report.terminal import comparison_lines, fact_lines, run_notes, written_lines
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
-    DEFAULT_CONCURRENCY,
     PYTEST_CACHE,
     ROLES,
     SettingError,
@@ -104,23 +102,6 @@ def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
     return variants
 
 
-class StderrOutput:
-    """The status line's place: stderr, whose cursor egeo always leaves at a line start."""
-
-    def write_raw(self, text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    def line(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    def column(self) -> int:
-        return 0
-
-    def width(self) -> int:
-        return shutil.get_terminal_size().columns
-
-
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
     """The rows --limit and --sample keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
@@ -133,22 +114,13 @@ def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[Dat
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
-def _progress(settings: Settings) -> ProgressDisplay | None:
-    """The status line on stderr (stdout stays the metrics JSON)."""
-    if settings.progress == "off":
-        return None
-    return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
-
-
-def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None,
-              selected: int) -> Iterator[Outcome]:
+def _run_rows(geo: GeoSession, rows: list[GeoRow], progress: RunProgress | None) -> Iterator[Outcome]:
     """Each row's outcome in order, as it is ready: the caller records it (its transcript
-    goes to the spool) before the next, so finished rows' calls do not pile up in memory.
-    `selected`: the run's rows (under --sequential, every round's), as the status line counts them."""
+    goes to the spool) before the next, so finished rows' calls do not pile up in memory."""
     geo.schedule_many(rows)
     for row in rows:
-        if display is not None:
-            display.wait(geo.needed(row), lambda: status_text(geo.progress(selected)))
+        if progress is not None:
+            progress.wait_for(row)
         yield geo.outcome(row)
 
 
@@ -219,10 +191,10 @@ def _jobs(path: Path, settings: Settings) -> tuple[list[Job], list[tuple[str, Ro
 def _run(geo: GeoSession, jobs: Sequence[Job], results: Results, verbose: bool) -> None:
     """Every job, a round at a time under --sequential; each row's record as the plugin
     makes it, in order, as it is ready."""
-    display = _progress(geo.settings)
+    progress = stderr_progress(geo, len(jobs))  # under --sequential, counting every round's rows
     for batch in _rounds(jobs, results.sequential):
         results.selected.update(nodeid for nodeid, _, _ in batch)
-        outcomes = _run_rows(geo, [row for _, _, row in batch], display, len(jobs))
+        outcomes = _run_rows(geo, [row for _, _, row in batch], progress)
         for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
             if outcome.not_run:  # never sent (the budget, a server found unusable): no score
                 continue
@@ -267,25 +239,18 @@ Job = tuple[str, str, GeoRow]  # node id, suite, row
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
-    planned = [PlannedRow(nodeid=nodeid, suite=suite, split="train", unit=nodeid.removesuffix(f"[{row.variant}]"),
-                          variant=row.variant, candidates=len(row.candidates)) for nodeid, suite, row in jobs]
-    return build_monitor(planned, seed=settings.seed, alpha=settings.alpha, margin=settings.margin,
-                         concurrency=settings.concurrency or DEFAULT_CONCURRENCY, variants=list(settings.variants))
+    return monitor_for([planned_row(nodeid, suite, "train", row.variant, len(row.candidates))
+                        for nodeid, suite, row in jobs], settings)
 
 
 def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]:
-    """Every row at once; under --sequential a round at a time in the seeded order, until
-    the comparison is decided (the caller feeds each round's records to the monitor)."""
+    """Every row at once; under --sequential a round at a time (report/stopping.py)."""
     if monitor is None:
         yield list(jobs)
         return
     by_nodeid = {job[0]: job for job in jobs}
-    for comparison in monitor.comparisons:
-        for start in range(0, len(comparison.units), comparison.round_size):
-            if comparison.decided:
-                break
-            yield [by_nodeid[n] for _, members in comparison.units[start:start + comparison.round_size]
-                   for n in members.values()]
+    for nodeids in rounds(monitor):
+        yield [by_nodeid[n] for n in nodeids]
 
 
 def verbose_line(outcome: Outcome) -> dict[str, object]:

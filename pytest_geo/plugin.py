@@ -37,7 +37,6 @@ from pytest_geo.pytest_layer.options import (
     remembered_changes,
     settings_from_config,
 )
-from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.sequential import (
     ITEMS,
@@ -69,6 +68,7 @@ from pytest_geo.report.concurrency import merge_stats
 from pytest_geo.report.finish import take_counts
 from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
+from pytest_geo.report.progress import terminal_progress
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.settings import describe_prompts
@@ -266,7 +266,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
         session.config.stash[LOOKAHEAD] = RunLookahead(
             geo, [item for item in rows if run is None or not run.in_comparison(item)])
-        session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
+        session.config.stash[PROGRESS] = terminal_progress(session.config, geo, len(rows))
     elif geo is not None:
         lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
         if (run := sequential_run(session.config)) is not None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_geo"
 
 
@@ -109,3 +111,88 @@ def test_each_subpackage_says_what_it_owns() -> None:
     for init in PACKAGE.glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert docstring, f"{init} has no docstring"
+
+
+# --- imports point down ---------------------------------------------------------------------
+
+# The package's layers, lowest first, by the top-level module or subpackage: a module
+# imports only from its own layer or one below, whether at import time or inside a
+# function (not under `if TYPE_CHECKING:`: a type names what it needs, and runs nothing).
+# The package itself (`from pytest_geo import __version__`) is loaded before any of its
+# modules, so it is no layer.
+LAYERS = (
+    {"text", "price", "local_server", "frozen", "newhooks"},  # plain values and rules, no other module
+    {"settings"},  # every default, and the Settings a run is built from
+    {"scoring", "templates", "options", "option_spec", "starter", "data"},  # read settings, rows and prompts
+    {"llm"},  # the model clients
+    {"engine"},  # rows into outcomes
+    {"suites"},  # eval suites over the engine
+    {"report"},  # results, summaries and report files
+    {"optimize"},  # prompt search over suites and reports
+    {"pytest_layer", "plugin", "cli", "__main__"},  # the two front ends
+)
+LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
+# Engineer simplify moves BoundedClient (engine/runner.py), engine/adaptive.py and
+# engine/limiter.py into llm/, so llm/stack.py stops importing engine/.
+PENDING = {("llm", "engine")}
+
+
+def unit_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """pytest_geo modules `path` imports anywhere (functions included) but under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("pytest_geo.")}
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """`importer -> imported` for every import of a higher layer."""
+    return sorted(f"{importer} -> {imported}" for importer, targets in edges.items() for imported in targets
+                  if LAYER_OF[unit_of(imported)] > LAYER_OF[unit_of(importer)]
+                  and (unit_of(importer), unit_of(imported)) not in PENDING)
+
+
+def package_imports() -> dict[str, set[str]]:
+    return {module_name(path): runtime_imports(path) for path in PACKAGE.rglob("*.py")
+            if module_name(path) != "pytest_geo"}
+
+
+def test_every_module_has_a_layer() -> None:
+    units = {unit_of(name) for name in package_imports()}
+    assert units == set(LAYER_OF), units ^ set(LAYER_OF)
+
+
+def test_imports_point_down() -> None:
+    assert upward_imports(package_imports()) == []
+
+
+def test_an_upward_import_is_found() -> None:
+    edges = package_imports()
+    edges["pytest_geo.settings"] = edges["pytest_geo.settings"] | {"pytest_geo.llm.prices"}
+    edges["pytest_geo.report.terminal"] = edges["pytest_geo.report.terminal"] | {"pytest_geo.optimize.run"}
+    assert upward_imports(edges) == ["pytest_geo.report.terminal -> pytest_geo.optimize.run",
+                                     "pytest_geo.settings -> pytest_geo.llm.prices"]
+
+
+def test_settings_imports_only_plain_values() -> None:
+    assert runtime_imports(PACKAGE / "settings.py") == {"pytest_geo.local_server", "pytest_geo.price"}
+
+
+@pytest.mark.xfail(strict=True, reason="llm/stack.py imports engine/ until engineer simplify moves BoundedClient, "
+                                       "engine/adaptive.py and engine/limiter.py into llm/")
+def test_the_model_clients_import_nothing_from_the_engine() -> None:
+    edges = package_imports()
+    assert sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets
+                  if unit_of(a) == "llm" and unit_of(b) == "engine") == []

@@ -57,3 +57,19 @@ def test_egeo_and_pytest_end_a_run_alike(served_project: GeoProject, fake_openai
     reports = [json.loads((served_project.pytester.path / name).read_text()) for name in ("pytest.json", "egeo.json")]
     assert reports[0]["concurrency"] == reports[1]["concurrency"] == {
         **reports[0]["concurrency"], "mode": "fixed", "limit": 2}
+
+
+def test_both_front_ends_plan_a_sequential_comparison_alike() -> None:
+    """report/stopping.py plans the rows and their rounds for the plugin and egeo."""
+    from pytest_geo.report.stopping import monitor_for, planned_row, rounds
+    from pytest_geo.settings import Settings
+
+    row = planned_row("d.jsonl::q1[short]", "d.jsonl[short]", "train", "short", 3)
+    assert row == {"nodeid": "d.jsonl::q1[short]", "suite": "d.jsonl[short]", "split": "train",
+                   "unit": "d.jsonl::q1", "variant": "short", "candidates": 3}
+    plan = [planned_row(f"d.jsonl::q{i}[{v}]", f"d.jsonl[{v}]", "train", v, 3) for i in range(25) for v in ("a", "b")]
+    monitor = monitor_for(plan, Settings(variants={"a": Path("a.txt"), "b": Path("b.txt")}, concurrency=4))
+    batches = list(rounds(monitor))
+    assert [len(batch) for batch in batches] == [20, 20, 10]  # rounds of 10 rows (the least), both variants
+    assert sorted(n for batch in batches for n in batch) == sorted(r["nodeid"] for r in plan)
+    assert all(batch[0].endswith("[a]") and batch[1] == batch[0][:-3] + "[b]" for batch in batches)
