@@ -12,7 +12,8 @@ import pytest
 
 from conftest import geo_rows
 
-PYTEST_MAJOR = int(pytest.__version__.split(".")[0])
+PYTEST_VERSION = tuple(int(part) for part in pytest.__version__.split(".")[:2])
+PYTEST_MAJOR = PYTEST_VERSION[0]
 
 
 @pytest.fixture
@@ -51,7 +52,8 @@ def test_two_words_run_as_one_word_does(pytester: pytest.Pytester, outside: tupl
         assert next(line for line in lines if line.startswith("geo:")).endswith(", seed 11")
 
 
-@pytest.mark.skipif(PYTEST_MAJOR < 8, reason="pytest 7 adds pythonpath after loading addopts' -p plugins")
+@pytest.mark.skipif(PYTEST_VERSION < (8, 4), reason="before 8.4 pytest adds pythonpath after loading addopts' -p "
+                                                  "plugins, wherever the dataset is")
 def test_the_projects_pythonpath_holds_for_a_dataset_elsewhere(pytester: pytest.Pytester,
                                                                outside: tuple[Path, Path],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
