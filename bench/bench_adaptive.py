@@ -23,7 +23,7 @@ a fresh server process (a fresh token bucket), off the client's GIL. Engine path
 plugin's (`GeoSession`, a hosted server's start: 16 rows), the real `openai` SDK, no cache.
 
 `--trace` prints, after each limited auto run, the controller's DEBUG trace
-(engine/adaptive.py's `trace` logger: each 429 episode's first refusal with the requests in
+(llm/adaptive.py's `trace` logger: each 429 episode's first refusal with the requests in
 flight, its verdict, rate or cap, and the ceiling, resume level and granted rate it left;
 each granted rate learned; the limits as they move) beside the server's bursts of 429s on
 the same clock: how long the client took to read each burst's first 429, and how many
@@ -52,8 +52,8 @@ from typing import Any
 from common import PROMPTS, fake_server, kettle_rows, timed_evaluate  # the same rows as bench_concurrency.py
 
 from pytest_geo.data.dataset import GeoRow
-from pytest_geo.engine import adaptive
 from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm import adaptive
 from pytest_geo.settings import Settings
 
 CALLS_PER_ROW = 3
@@ -64,7 +64,7 @@ _AT = re.compile(r" at (\d+\.\d+)")
 
 
 class Trace(logging.Handler):
-    """The controller's DEBUG lines (engine/adaptive.py's `trace`) of one run, kept in order."""
+    """The controller's DEBUG lines (llm/adaptive.py's `trace`) of one run, kept in order."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)

@@ -9,14 +9,18 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
+from pytest_geo.data.egeo_data import is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
+from pytest_geo.engine.judges import judges_from
+from pytest_geo.engine.query_blind import check_query_blind
 from pytest_geo.engine.session import GeoSession, Outcome
 from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
@@ -24,14 +28,17 @@ from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
+from pytest_geo.options import variant_model
+from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
-from pytest_geo.report.output import write_report_files
+from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
 from pytest_geo.report.progress import RunProgress, stderr_progress
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, monitor_for, planned_row, rounds
-from pytest_geo.report.terminal import comparison_lines, fact_lines, run_notes, written_lines
+from pytest_geo.report.terminal import comparison_lines, fact_lines, panel_lines, run_notes, written_lines
 from pytest_geo.report.transcripts import TranscriptSpool
+from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
     PYTEST_CACHE,
@@ -40,6 +47,7 @@ from pytest_geo.settings import (
     Settings,
     build_settings,
     connection_help,
+    describe_prompts,
     find_prompts_dir,
 )
 from pytest_geo.templates import PromptError
@@ -61,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
     add_egeo_options(optimize, OPTIMIZE)
+    merge = commands.add_parser(
+        "merge", help="merge JSON reports of shards (--geo-shard K/N) into one report, as one run over all "
+        "their rows; prints the metrics JSON")
+    merge.add_argument("reports", type=Path, nargs="+", metavar="REPORT", help="JSON reports (--geo-report) to merge")
+    merge.add_argument("--report", required=True, metavar="PATH", help="write the merged JSON report to PATH")
+    merge.add_argument("--html", metavar="PATH", help="also write the merged HTML report to PATH")
     init = commands.add_parser(
         "init", help="write a starter project: prompts/, an example dataset and suite, and pytest.ini"
     )
@@ -69,48 +83,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) -> Settings:
     """The settings the command's flags give; the flags another command has keep their defaults.
-    Only evaluate has cache flags: optimize counts requests under the cache and so is never
-    cached (see README)."""
+    `project`: the pytest configuration whose geo_prompts applies when --prompts is not given."""
     given = {option.key: getattr(args, option.key, None) for option in OPTIONS if option.setting}
     cache_dir = _cache_dir(args)
+    ini_prompts = project.get("geo_prompts") if project is not None else []
     given |= {
-        "prompts_dir": find_prompts_dir(args.prompts),
+        "prompts_dir": find_prompts_dir(args.prompts, ini_prompts[0] if ini_prompts else None,
+                                        project.rootdir if project is not None else None),
         "front_end": "egeo",
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
-        "variants": _variants(getattr(args, "variant", [])),
+        "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
+    given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
+    # E-GEO's data comes with its rule: the rewriter never sees the query.
+    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
+    try:
+        given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
+    except ValueError as exc:
+        build_parser().error(str(exc))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
 
 
-def _cache_dir(args: argparse.Namespace) -> Path | None:
-    """evaluate's answer cache (None under optimize, which has no cache flags)."""
-    if args.command != EVALUATE:
-        return None
+def _cache_dir(args: argparse.Namespace) -> Path:
     return Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIR
 
 
-def _variants(named: Sequence[tuple[str, str]]) -> dict[str, Path]:
+def _variants(named: Sequence[tuple[str, str]]) -> tuple[dict[str, Path], dict[str, str]]:
+    """The variants' paths and, from `PATH@MODEL`, their rewriter models."""
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             build_parser().error(f"--variant: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = Path(path)
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
-    """The rows --limit and --sample keep, with their names: the plugin's rule, so
+    """The rows --limit, --sample and --shard keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
-    if settings.sample is None:  # no names needed beyond the limit: read only that far
+    if settings.sample is None and settings.shard is None:  # no names needed beyond the limit: read only that far
         lines = list(itertools.islice(iter_dataset(path, settings.seed), settings.limit))
         return row_names(lines), lines
     lines = list(iter_dataset(path, settings.seed))
     names = row_names(lines)
-    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed)
+    keep = chosen_indices(names, settings.limit, settings.sample, settings.seed, settings.shard)
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
@@ -125,24 +149,47 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], progress: RunProgress | None)
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    project = find_config()
+    found = ""
+    if args.dataset is None:
+        args.dataset, source = project_dataset(project)
+        found = f" (from {source})"
+    settings = _settings(args, project)
+    args.reads = f"egeo: dataset {args.dataset}{found}; prompts {describe_prompts(settings.prompts_dir)}"
     if settings.sequential and len(settings.variants) < 2:
         build_parser().error("--sequential needs two or more --variant to compare")
     if settings.margin is not None and not settings.sequential:
         build_parser().error("--margin needs --sequential")
+    return _with_budget(args, settings, _evaluate)
+
+
+def _ready_cache(args: argparse.Namespace, settings: Settings) -> None:
+    """pytest's cache directory, git-ignored as pytest makes it, when the answers go there."""
+    if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
+        make_ignored_pytest_cache(PYTEST_CACHE)
+
+
+def _with_budget(args: argparse.Namespace, settings: Settings,
+                 command: Callable[[argparse.Namespace, Settings], int]) -> int:
+    """`command` under the run's budget (a ledger for its calls)."""
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)")
+                 "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
+                 else ("ranker", "rewriter"))
+    check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
-        return _evaluate(args, settings)
+        return command(args, settings)
     ledger = settings.budget_ledger = Ledger.create()
     try:
-        return _evaluate(args, settings)
+        return command(args, settings)
     finally:
         ledger.unlink(missing_ok=True)
 
 
 def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     started, clock = time.time(), time.perf_counter()
+    inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
+              *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
+    check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
     dataset = str(args.dataset)
     jobs, problems = _jobs(args.dataset, settings)
     for _, problem in problems:
@@ -156,8 +203,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
-        if settings.use_cache and not settings.mock and _cache_dir(args) == DEFAULT_CACHE_DIR:
-            make_ignored_pytest_cache(PYTEST_CACHE)
+        _ready_cache(args, settings)
+        print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
         _run(geo, jobs, results, verbose=args.verbose)
     finally:
         geo.close()
@@ -167,9 +214,9 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
     for line in [*run_notes(results, settings.mock, "pytest's ini option geo_prices"), *fact_lines(results),
-                 *_partial(results, geo.stopped), *comparison_lines(results)]:
+                 *_partial(results, geo.stopped), *panel_lines(results), *comparison_lines(results)]:
         print(line, file=sys.stderr)
-    print(json.dumps(_metrics(results, settings, dataset), indent=2, sort_keys=True))
+    print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
     _write_reports(args, results, settings, started, time.perf_counter() - clock)
     failed = results.problems or results.write_errors or not results.complete
     return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
@@ -216,14 +263,6 @@ def _partial(results: Results, stopped: str | None) -> list[str]:
             "the metrics cover only the rows that ran"]
 
 
-def _metrics(results: Results, settings: Settings, dataset: str) -> object:
-    """The E-GEO harness's metrics JSON; with variants, one per variant."""
-    if not settings.variants:
-        return results.geo_overall().as_geo()
-    metrics = {name: s.as_geo() for name, s in results.geo_suites().items()}
-    return {v: metrics.get(f"{dataset}[{v}]") for v in settings.variants}
-
-
 def _write_reports(args: argparse.Namespace, results: Results, settings: Settings, started: float,
                    duration: float) -> None:
     if args.report or args.html:
@@ -236,6 +275,22 @@ def _write_reports(args: argparse.Namespace, results: Results, settings: Setting
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
+
+
+def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
+    """stdout's JSON: the E-GEO metrics (per variant with variants); with --judge each
+    also holds its `judges`, `panel` and `agreement` objects (report/judges.py)."""
+    suites = results.geo_suite_results()
+
+    def metrics(name: str, summary: Summary) -> dict[str, Any]:
+        suite = suites.get(name)
+        panel = suite.panel if suite is not None else None
+        return {**summary.as_geo(), **(panel.as_json() if panel is not None else {})}
+
+    if variants:
+        return {v: metrics(f"{dataset}[{v}]", suites[f"{dataset}[{v}]"].summary)
+                if f"{dataset}[{v}]" in suites else None for v in variants}
+    return metrics(dataset, results.geo_overall())
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
@@ -279,14 +334,40 @@ def init(args: argparse.Namespace) -> int:
 
 
 def optimize_prompts(args: argparse.Namespace) -> int:
-    from pytest_geo.optimize import OptimizeOptions, optimize_prompts
+    from pytest_geo.optimize import OptimizeOptions, apply_refused, optimize_prompts
 
     if args.suites is None and (args.train is None or args.val is None):
         build_parser().error(f"{args.command} needs --train and --val, or --suites FILE")
     options = OptimizeOptions(args.train, args.val, args.iters, args.max_metric_calls, args.apply, suites=args.suites)
-    result = optimize_prompts(_settings(args), options)
-    print(json.dumps(result, indent=2, sort_keys=True))  # as the harness prints it
-    return 0
+    results: list[dict[str, Any]] = []
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        _ready_cache(args, settings)
+        results.append(optimize_prompts(settings, options))
+        status = budget_status(settings)
+        return 1 if status is not None and status.reached is not None else 0  # stopped short: the search was cut
+
+    code = _with_budget(args, _settings(args), run)
+    print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
+    return code or (1 if apply_refused(results[0]) else 0)
+
+
+def merge(args: argparse.Namespace) -> int:
+    from pytest_geo.report.merge import MergeError, merge_reports
+
+    check_output_paths([("--report", args.report), ("--html", args.html)],
+                       [(f"the report {path}", Path(path)) for path in args.reports], Path.cwd())
+    try:
+        results = merge_reports(args.reports)
+    except MergeError as exc:
+        print(f"egeo: error: {exc}", file=sys.stderr)
+        return 2
+    for path in write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html")):
+        print(f"report written to {path}", file=sys.stderr)
+    for error in results.write_errors:
+        print(error, file=sys.stderr)
+    print(json.dumps(results.geo_overall().as_geo(), indent=2, sort_keys=True))
+    return 1 if results.write_errors else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -300,10 +381,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return optimize_prompts(args)
         if args.command == "init":
             return init(args)
+        if args.command == "merge":
+            return merge(args)
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
-    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError) as exc:
+    except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError,
+            ProjectConfigError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -2,7 +2,7 @@
 
 Such a server is often a CPU model answering one call at a time in seconds to minutes: a
 long timeout, and auto concurrency starting at one row. It grows while calls come back as
-fast and backs off when they queue (engine/adaptive.py), so a fast one (a GPU server, a
+fast and backs off when they queue (llm/adaptive.py), so a fast one (a GPU server, a
 loopback fake) gets the same bound as a hosted API. Local servers (vLLM, Ollama,
 llama.cpp) ignore the API key, so one without a key gets a placeholder."""
 

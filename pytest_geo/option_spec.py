@@ -10,18 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, final
 
+from pytest_geo.llm.endpoints import endpoint_flag
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT
 from pytest_geo.options import (
     alpha,
     any_int,
     concurrency,
     dollars,
+    judge,
     min_score,
     non_negative_int,
     positive_float,
     positive_int,
     progress_mode,
     reasoning_effort,
+    shard,
     share,
     split_mode,
     structured_mode,
@@ -108,8 +111,9 @@ OPTIONS: tuple[Option, ...] = (
            "kept for a dataset anywhere. The ini's datasets are added to any run",
            action="append", default=[], metavar="PATH", ini="geo_datasets", ini_type="paths",
            ini_help="GEO JSONL datasets, relative to the rootdir", egeo="--dataset",
-           egeo_help="GEO JSONL dataset",
-           egeo_kwargs={"required": True, "action": "store", "default": None, "type": Path}),
+           egeo_help="GEO JSONL dataset (default: the project's, as pytest runs it: geo_datasets in its pytest "
+           "configuration, else the dataset its YAML suite scores by rank_improvement)",
+           egeo_kwargs={"action": "store", "default": None, "type": Path}),
     Option("--geo-mock", "the deterministic offline mock model for every role; no network, no key",
            action="store_true", default=False, env=MOCK_ENV, egeo="--mock",
            egeo_commands=BOTH, setting=True),
@@ -166,7 +170,8 @@ OPTIONS: tuple[Option, ...] = (
            egeo="--max-retries", setting=True),
     Option("--geo-max-output-tokens", "most tokens of each answer, sent on every model call (as max_tokens); an "
            "answer cut at it fails its row", type=positive_int, metavar="N",
-           shown_default=str(DEFAULT_MAX_OUTPUT_TOKENS), ini="geo_max_output_tokens",
+           shown_default=f"sized to each answer for models that do not reason, else {DEFAULT_MAX_OUTPUT_TOKENS}",
+           ini="geo_max_output_tokens",
            ini_help="most tokens of each answer, sent on every model call", egeo="--max-output-tokens",
            egeo_commands=BOTH, setting=True),
     Option("--geo-split", "suite rows to score: test (test_data, else data), train (data), or all (both, "
@@ -182,13 +187,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("--geo-strict-facts", "a rewrite that adds facts (numbers, prices, model numbers, certifications) not "
            "in the original scores 0.0 and fails its item", action="store_true", ini="geo_strict_facts",
            ini_type="bool", ini_help="fail rows whose rewrite adds facts", setting=True),
+    Option("--geo-query-blind", "the rewriter sees only the target's own title and description, as E-GEO's rules "
+           "require: a rewriter prompt that uses the query is a usage error before any call (the packaged prompts' "
+           "rewriter gives way to the simple style)", action="store_true", shown_default="on for E-GEO data files",
+           ini="geo_query_blind", ini_type="bool", ini_help="the rewriter never sees the query (E-GEO's rule)",
+           egeo="--query-blind", setting=True),
     Option("--geo-cache-dir", "directory of the model-answer cache", metavar="DIR",
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",
            egeo_help="model-answer cache (default: .pytest_cache/d/geo, the pytest plugin's default when this "
-           "directory is pytest's rootdir, so the two share answers); the mock is never cached"),
+           "directory is pytest's rootdir, so the two share answers); the mock is never cached",
+           egeo_commands=BOTH),
     Option("--geo-no-cache", "neither read nor write the model-answer cache", action="store_true", default=False,
-           egeo="--no-cache"),
+           egeo="--no-cache", egeo_commands=BOTH),
     Option("--geo-repeats", "run each GEO row K times, each with its own seeded candidate order, and average "
            "them", type=positive_int, metavar="K", shown_default="1", ini="geo_repeats",
            ini_help="runs of each GEO row, each with its own candidate order", egeo="--repeats", setting=True),
@@ -199,6 +210,9 @@ OPTIONS: tuple[Option, ...] = (
            "run, under xdist and in both egeo and pytest; the others are not run (pytest deselects them)",
            type=positive_int, metavar="N", ini="geo_sample", ini_help="run N rows of each dataset drawn with the seed",
            egeo="--sample", setting=True),
+    Option("--geo-shard", "run the K-th of N shards of the rows (after {limit} and {sample}): a row's shard is a "
+           "stable hash of its dataset and name, so shards split a run across CI jobs and adding rows moves none; "
+           "merge their reports with egeo merge", type=shard, metavar="K/N", egeo="--shard", setting=True),
     Option("--geo-progress", "a status line of rows done, in flight, errors, retries, tokens, cost and ETA while "
            "rows run (egeo: on stderr), from 2 s into the run: redrawn on a terminal, a plain line at most every "
            "10 s elsewhere; auto is off under pytest -q -q", type=progress_mode, metavar="auto|on|off",
@@ -208,11 +222,12 @@ OPTIONS: tuple[Option, ...] = (
            "case (prompt and output-token cap) before it is sent, and a call that would cross the budget is not "
            "sent; the rows it leaves are not run and the run fails (pytest: pytest-geo::budget fails; shared "
            "by xdist workers)", type=dollars, metavar="DOLLARS", ini="geo_budget",
-           ini_help="most dollars to spend on model calls, at list prices", egeo="--budget", setting=True),
+           ini_help="most dollars to spend on model calls, at list prices", egeo="--budget", egeo_commands=BOTH,
+           setting=True),
     Option("--geo-budget-tokens", "the same bound in tokens (prompt and answer); for models without a price, or "
            "together with {budget} (both hold)", type=positive_int, metavar="N", ini="geo_budget_tokens",
            ini_help="most tokens (prompt and answer) to spend on model calls", egeo="--budget-tokens",
-           setting=True),
+           egeo_commands=BOTH, setting=True),
     Option("--geo-baseline", "compare this run with an earlier {report} JSON file", metavar="PATH"),
     Option("--geo-baseline-force", "compare with a baseline made with the mock against a real model, or with "
            "other models (refused otherwise)", action="store_true", default=False),
@@ -223,8 +238,17 @@ OPTIONS: tuple[Option, ...] = (
            "variant (node id <dataset>::<row>[NAME]), sharing rank_before (pytest: the flags replace the ini's "
            "lines)", type=variant, action="append", default=[],
            metavar="NAME=PATH", ini="geo_variants", ini_type="linelist",
-           ini_help="rewriting strategies to compare, one NAME = PATH a line (PATH relative to the rootdir)",
+           ini_help="rewriting strategies to compare, one NAME = PATH[@MODEL] a line (PATH relative to the "
+           "rootdir); @MODEL names the variant's rewriter model",
            egeo="--variant"),
+    Option("--geo-judge", "a panel of judges: each ranks every row before and after its rewrite (one rewrite per "
+           "variant, shared by the judges); repeatable. Optional per-judge settings after the model: "
+           "system=PATH temperature=T max_output_tokens=N. The summary and reports then hold each judge's "
+           "figures, the panel's (each row's mean over its judges) and their agreement (pytest: the flags "
+           "replace the ini's lines)", type=judge, action="append", default=[], metavar="NAME=MODEL",
+           ini="geo_judges", ini_type="linelist",
+           ini_help="a panel of judges, one NAME = MODEL [system=PATH] [temperature=T] [max_output_tokens=N] "
+           "a line (PATH relative to the rootdir)", egeo="--judge"),
     Option("--geo-sequential", "paired comparisons ({variant}, {baseline}) run their rows in an order drawn with "
            "the seed, in rounds, and stop once an anytime-valid test decides them at {alpha}; the rows left are "
            "skipped as not needed", action="store_true", ini="geo_sequential", ini_type="bool",
@@ -242,6 +266,13 @@ OPTIONS: tuple[Option, ...] = (
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
            "output_per_million' a line", ini="geo_prices", ini_type="linelist"),
+    Option(None, "servers a model names by its prefix (NAME/model), added to or overriding the known providers "
+           "(openai, openrouter, anthropic, gemini, deepseek, together, groq, mistral, fireworks, ollama): one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line in the ini, egeo's --endpoint NAME=URL[,KEY_VARIABLE] "
+           "repeatable; no key variable: the server takes no key",
+           type=endpoint_flag, action="append", default=[], metavar="NAME=URL[,KEYVAR]", ini="geo_endpoints",
+           ini_type="linelist", ini_help="servers a model names by its prefix (NAME/model), one "
+           "'NAME = BASE_URL [KEY_VARIABLE]' a line", egeo="--endpoint", egeo_commands=BOTH),
     # egeo only
     Option(None, "print one JSON line per row before the metrics", action="store_true", default=False,
            egeo="--verbose"),

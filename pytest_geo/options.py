@@ -7,8 +7,11 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_geo.engine.judges import JUDGE_SETTINGS, Judge
 from pytest_geo.settings import AUTO, SPLITS, STRUCTURED_MODES
 
 # OpenAI's levels (minimal: gpt-5; none and xhigh: the gpt-5.x line); llm/profiles.py
@@ -41,8 +44,20 @@ def positive_int(text: str) -> int:
     return _at_least(any_int(text), text, 1)
 
 
+def shard(text: str) -> tuple[int, int]:
+    """`K/N`: the K-th of N shards (1 <= K <= N)."""
+    k, sep, n = text.partition("/")
+    try:
+        index, count = int(k), int(n)
+    except ValueError:
+        index = count = 0
+    if not sep or not 1 <= index <= count:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 1 <= K <= N (the K-th of N shards)")
+    return index, count
+
+
 def concurrency(text: str) -> int | str:
-    """A number of rows in flight, or "auto" (adaptive, see engine/adaptive.py)."""
+    """A number of rows in flight, or "auto" (adaptive, see llm/adaptive.py)."""
     if text.strip().lower() == AUTO:
         return AUTO
     try:
@@ -57,7 +72,10 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
+    """A number above 0 that is finite: a NaN or infinite timeout would fail every call."""
     value: float = _convert(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return _at_least(value, text, 0, strict=True)
 
 
@@ -135,12 +153,53 @@ VARIANT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def variant(text: str) -> tuple[str, str]:
-    """`NAME=PATH` (spaces around `=` allowed, as in the ini's `NAME = PATH` lines)."""
+    """`NAME=PATH` (spaces around `=` allowed, as in the ini's `NAME = PATH` lines), or the
+    bare name of a packaged E-GEO style (`competitive`, engine/styles.py)."""
+    from pytest_geo.engine.styles import ATTACKS, STYLES, style_path
+
     name, sep, path = text.partition("=")
     name, path = name.strip(), path.strip()
+    packaged = style_path(name)
+    if not sep and packaged is not None:
+        return name, str(packaged)
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH")
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH, nor the name of a packaged style "
+                                         f"({', '.join(STYLES)}) or attack ({', '.join(ATTACKS)})")
     if not VARIANT_NAME.fullmatch(name):
         raise argparse.ArgumentTypeError(
             f"{text!r}: variant name {name!r} may use only letters, digits, '_', '.' and '-'")
     return name, path
+
+
+def judge(text: str) -> Judge:
+    """`NAME=MODEL [key=value ...]`, as a flag value or an ini line; raises
+    argparse.ArgumentTypeError naming the problem."""
+    name, sep, rest = text.partition("=")
+    name = name.strip()
+    words = rest.split()
+    if not sep or not name or not words:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=MODEL")
+    if not VARIANT_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: judge name {name!r} may use only letters, digits, '_', '.' and '-'")
+    found = Judge(name, words[0])
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep or key not in JUDGE_SETTINGS or not value:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {word!r} is not one of {', '.join(k + '=...' for k in JUDGE_SETTINGS)}")
+        if key == "system":
+            found = replace(found, system=Path(value))
+        elif key == "temperature":
+            found = replace(found, temperature=temperature(value))
+        else:
+            found = replace(found, max_output_tokens=positive_int(value))
+    return found
+
+
+def variant_model(path: str) -> tuple[str, str | None]:
+    """A variant's `PATH@MODEL`: (PATH, MODEL), or (PATH, None) without a model."""
+    where, sep, model = path.rpartition("@")
+    if not sep or not where.strip() or not model.strip():
+        return path, None
+    return where.strip(), model.strip()

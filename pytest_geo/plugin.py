@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.data.dataset import DATASET_SUFFIXES, is_dataset_path
 from pytest_geo.llm.profiles import merge_lessons
 from pytest_geo.llm.usage import merge_usage
 from pytest_geo.pytest_layer.budget import pass_ledger, start_budget
 from pytest_geo.pytest_layer.collect import (
     ConftestSuites,
     GeoDatasetFile,
-    SuiteCollector,
     SuiteFile,
+    split_note,
+    suite_collector,
 )
 from pytest_geo.pytest_layer.invocation import datasets_as_args, restore_project_setup
 from pytest_geo.pytest_layer.items import GeoItem, GeoRowItem
@@ -71,7 +73,7 @@ from pytest_geo.report.metadata import base_url_host, run_identity
 from pytest_geo.report.progress import terminal_progress
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
-from pytest_geo.settings import describe_prompts
+from pytest_geo.settings import Settings, describe_prompts
 from pytest_geo.suites.suite import Suite, suites_in
 
 
@@ -127,16 +129,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_variants(config: pytest.Config) -> None:
-    """A broken variant template stops the run at start, naming its file (the rows of a
-    run are never half scored with a strategy that cannot run)."""
-    variants = settings_of(config).variants
-    if not variants:
+    """A broken variant template, or a rewriter prompt that sees the query in a query-blind
+    run, stops the run at start, naming its file (the rows of a run are never half scored
+    with a strategy that cannot run)."""
+    settings = settings_of(config)
+    if not settings.variants and not settings.query_blind:
         return
+    from pytest_geo.engine.query_blind import check_query_blind
     from pytest_geo.engine.variants import load_variants
     from pytest_geo.templates import PromptError
 
     try:
-        load_variants(variants)
+        load_variants(settings.variants)
+        check_query_blind(settings)
     except PromptError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -163,7 +168,7 @@ def _load_baseline(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str | None:
     """Which model, server, prompts and seed GEO rows use: for named datasets and for
     .jsonl paths given as arguments; for suites it comes once they are collected."""
-    if not config.stash[DATASETS] and not any(a.split("::")[0].endswith(".jsonl") for a in config.args):
+    if not config.stash[DATASETS] and not any(is_dataset_path(a.split("::")[0]) for a in config.args):
         return None
     config.stash[HEADER_SHOWN] = True
     return geo_header(config)
@@ -178,7 +183,9 @@ def geo_header(config: pytest.Config) -> str:
     else:
         host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
         model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
+        model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
+    header += split_note(config)
     local = placeholder_key_host(settings)
     if local is not None:
         header += f"; no OPENAI_API_KEY: a placeholder key for the local server {local}"
@@ -188,12 +195,27 @@ def geo_header(config: pytest.Config) -> str:
     return header
 
 
+def endpoints_named(settings: Settings) -> str:
+    """`, endpoint NAME (host)` for each endpoint the ranker's and rewriter's models name."""
+    from pytest_geo.llm.endpoints import EndpointError, describe, resolve
+    from pytest_geo.llm.providers import ProviderError
+
+    named = []
+    for role in ("ranker", "rewriter"):
+        try:
+            endpoint = resolve(settings.models[role], settings.endpoints)[0]
+        except (EndpointError, ProviderError):  # said when the run starts
+            continue
+        if endpoint is not None and describe(endpoint) not in named:
+            named.append(describe(endpoint))
+    return "".join(f", {name}" for name in named)
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     config = parent.config
-    if file_path.suffix == ".jsonl":
-        if file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path):
-            return GeoDatasetFile.for_path(parent, file_path)
-        return None
+    if file_path.suffix in DATASET_SUFFIXES:  # a dataset is collected only where it is named
+        named = file_path.resolve() in config.stash[DATASETS] or parent.session.isinitpath(file_path)
+        return GeoDatasetFile.for_path(parent, file_path) if named else None
     if any(file_path.match(pattern) for pattern in config.getini("geo_suite_files")):
         return SuiteFile.from_parent(parent, path=file_path)
     if file_path.name == "conftest.py" and suites_in(config.pluginmanager.get_plugin(str(file_path))):
@@ -203,7 +225,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> pytest.Collector | None:
     if isinstance(obj, Suite):
-        return SuiteCollector.from_parent(collector, name=obj.name, suite=obj)
+        return suite_collector(collector, obj)
     return None
 
 
@@ -247,7 +269,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:
     results = results_of(config)
-    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites)
+    judges = [j.name for j in settings_of(config).judges]
+    results.min_scores = resolve_min_scores(config, dict(config.getoption("geo_min_score")), suites, judges)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from numbers import Real
 from typing import Any
@@ -14,16 +14,18 @@ from pytest_geo.text import shorten
 
 @dataclass(frozen=True)
 class Score:
-    """One row's score: the value, optional feedback, and whether it came from an error."""
+    """One row's score: the value, optional feedback, and whether it came from an error
+    (with the exception the metric raised, if it raised, for its traceback)."""
 
     value: float
     feedback: str = ""
     error: bool = False
+    raised: BaseException | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_error(cls, exc: BaseException | str) -> Score:
+    def from_error(cls, exc: BaseException | str, raised: BaseException | None = None) -> Score:
         message = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
-        return cls(0.0, f"error: {message}", True)
+        return cls(0.0, f"error: {message}", True, raised)
 
 
 class MetricReturnError(TypeError):

@@ -8,13 +8,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pytest_geo.engine.judges import Judge
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, server_is_local
 from pytest_geo.price import Price
 
+if TYPE_CHECKING:
+    from pytest_geo.llm.endpoints import Endpoint
+
 MOCK_ENV = "GEO_EVAL_MOCK"
 TRUTHY = frozenset({"1", "true", "yes", "on"})
+FALSY = frozenset({"", "0", "false", "no", "off"})
 DEFAULT_SEED = 7  # the E-GEO harness's default: the same rows and seed choose the same targets
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MAX_CONCURRENCY = 256
@@ -54,8 +59,16 @@ def connection_help(prefix: str) -> str:
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    value = (environ if environ is not None else os.environ).get(name, "")
-    return value.strip().lower() in TRUTHY
+    """A yes/no variable. A value that is neither (`y`, `maybe`, `2`) is refused: read as
+    "no", `GEO_EVAL_MOCK=y` would run a real, paid run where the user asked for the mock."""
+    raw = (environ if environ is not None else os.environ).get(name, "")
+    value = raw.strip().lower()
+    if value in TRUTHY:
+        return True
+    if value in FALSY:
+        return False
+    raise SettingError(f"{name}={raw!r} is neither yes ({', '.join(sorted(TRUTHY))}) "
+                       f"nor no ({', '.join(sorted(FALSY - {''}))}, or unset)")
 
 
 def mock_from_env() -> bool:
@@ -112,28 +125,40 @@ class Settings:
     reasoning_effort: str | None = None  # --geo-reasoning-effort, for models that take it
     structured: str = "auto"  # --geo-structured: ask for JSON Schema answers (auto, on, off)
     base_url: str | None = None
+    # Servers a model names by its prefix (`NAME/model`, llm/endpoints.py): geo_endpoints
+    # or egeo --endpoint, added to or overriding the known providers.
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
+    timeout_given: bool = False  # by a flag, the ini or the environment: every endpoint keeps it
     start_concurrency: int = DEFAULT_CONCURRENCY  # where auto concurrency starts, in rows
     # Rows in flight, fixed; None is `auto` (the default): they follow what the provider
-    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (engine/adaptive.py).
+    # accepts, from DEFAULT_CONCURRENCY up to max_concurrency (llm/adaptive.py).
     concurrency: int | None = None
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY  # auto's upper bound
     batch: bool = False  # --geo-batch: model calls through the OpenAI Batch API (llm/batch.py)
     max_retries: int = DEFAULT_MAX_RETRIES
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS  # each answer's token cap, sent on every call
+    # each answer's token cap, sent on every call; None: sized to the answer where the model
+    # does not reason (llm/profiles.py sized_cap), else DEFAULT_MAX_OUTPUT_TOKENS
+    max_output_tokens: int | None = None
     front_end: str = "pytest"  # "egeo" when the egeo command runs: messages name its flags
     cache_dir: Path | None = None
     use_cache: bool = True
     split: str = "test"
     strict_facts: bool = False
+    query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
+    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards of the rows (data/sampling.py)
     progress: str = "auto"  # the live status line: auto, on or off
     prices: dict[str, Price] = field(default_factory=dict)  # added to or overriding llm/prices.py's table
     # Rewriting strategies compared in one run, in the user's order: name -> a rewriter
     # user template, or a directory of rewriter prompts (engine/variants.py). Empty: none.
     variants: dict[str, Path] = field(default_factory=dict)
+    # A variant's rewriter model (`NAME=PATH@MODEL`), by variant name; absent: the run's.
+    variant_models: dict[str, str] = field(default_factory=dict)
+    # A panel of judges (engine/judges.py), in the user's order; empty: the ranker judges alone.
+    judges: list[Judge] = field(default_factory=list)
     # --geo-sequential: paired comparisons (variants, the baseline) stop once decided at
     # `alpha`; with a `margin`, "equivalent within margin" decides too (report/stopping.py).
     sequential: bool = False
@@ -165,7 +190,11 @@ def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | 
             settings.models[role] = model
     local = not settings.mock and server_is_local(settings.base_url)
     if given.get("timeout") is None:
-        settings.timeout = timeout_from_env() or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
+        from_env = timeout_from_env()
+        settings.timeout_given = from_env is not None
+        settings.timeout = from_env or (LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT)
+    else:
+        settings.timeout_given = True
     if local:
         settings.start_concurrency = LOCAL_START_CONCURRENCY
     return settings

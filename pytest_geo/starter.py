@@ -11,6 +11,7 @@ otherwise they are printed to add by hand."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from pytest_geo.settings import PACKAGED_PROMPTS
@@ -129,5 +130,8 @@ def write_starter(directory: Path) -> tuple[list[Path], list[tuple[Path, str]], 
         skipped.append((config, EXISTS))
         lines = TOML_LINES if config.suffix == ".toml" else INI_LINES.replace("[pytest]\n", "")
         notes.append(f"{config} already configures pytest; add these lines to its pytest section:\n{lines.rstrip()}")
-    notes.append(f"next: cd {directory} && pytest --geo-mock")
+    run = "pytest --geo-mock"
+    if directory.resolve() != Path.cwd().resolve():
+        run = f"cd {shlex.quote(str(directory))} && {run}"
+    notes.append(f"next: {run}" if ini in written else f"next: add those lines, then {run}")
     return written, skipped, notes

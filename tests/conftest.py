@@ -22,6 +22,48 @@ PROMPT_FILES = ("ranker_system.txt", "ranker_user.txt", "rewriter_system.txt", "
 pytest_plugins = ["pytester"]
 collect_ignore = ["corpus"]  # malformed inputs, run one by one by test_corpus.py
 
+# The test layers (pyproject's markers): every test carries exactly one, so each layer
+# can be run apart (`pytest -m unit` in under a minute) and a new test cannot skip it.
+LAYERS = ("unit", "plugin", "xdist", "e2e", "browser", "real_model")
+# Fixtures that run pytest-geo in a pytester session or start a server: never in a unit test.
+NOT_UNIT_FIXTURES = frozenset({"pytester", "testdir", "geo_project", "counting_client", "served_project",
+                               "fake_openai"})
+
+# A scenario run in one process (the plugin layer) and again under two xdist workers (the
+# xdist layer): only where what the workers change is what is tested.
+ONE_PROCESS_AND_TWO_WORKERS = [pytest.param("0", marks=pytest.mark.plugin), pytest.param("2", marks=pytest.mark.xdist)]
+
+
+def layer_problems(items: list[pytest.Item]) -> list[str]:
+    """Why each of `items` is not marked with exactly one layer, or not the layer its
+    fixtures show."""
+    problems = []
+    for item in items:
+        layers = [mark.name for mark in item.iter_markers() if mark.name in LAYERS]
+        if len(layers) != 1:
+            problems.append(f"{item.nodeid}: {len(layers)} layer markers ({', '.join(layers) or 'none'})")
+        elif layers == ["unit"] and NOT_UNIT_FIXTURES.intersection(item.fixturenames):
+            used = ", ".join(sorted(NOT_UNIT_FIXTURES.intersection(item.fixturenames)))
+            problems.append(f"{item.nodeid}: marked unit but uses {used}; mark it plugin or e2e")
+    return problems
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    problems = layer_problems(items)
+    if problems:
+        raise pytest.UsageError(f"each test needs exactly one layer marker of {', '.join(LAYERS)} "
+                                "(pyproject.toml says what each means):\n  " + "\n  ".join(problems))
+
+
+TRACEBACK_MARKS = ("Traceback (most recent call last)", "raise ", ".py:[0-9]*: in ")
+
+
+def no_traceback(result: pytest.RunResult) -> None:
+    """Neither output of `result` shows a traceback: a failure reads as one clean line."""
+    for mark in TRACEBACK_MARKS:
+        result.stdout.no_fnmatch_line(f"*{mark}*")
+        result.stderr.no_fnmatch_line(f"*{mark}*")
+
 
 def copy_prompts(destination: Path, source: Path = PROMPTS) -> Path:
     """The E-GEO prompt files, by name: whatever else lies in the repo's prompts/ (a

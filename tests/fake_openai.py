@@ -3,7 +3,8 @@
 It answers from the request itself (the candidates JSON in the ranker prompt, the
 description in the rewriter prompt) with the mock model's logic, so rows pass end to end;
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
-strategy that loses to the mock's, for comparisons of variants).
+strategy that loses to the mock's, for comparisons of variants); a model whose name holds
+"reversed" ranks the other way round (a judge that disagrees with the others).
 Latency and faults are injectable; it records every request (with the requests in flight
 when it came, and its body as received in `raw_bodies`) and the most in flight.
 With `serial` set it answers one call at a time, as a local CPU model's server does:
@@ -40,6 +41,11 @@ without it refuses it (400 `unsupported_parameter`). An answer longer than `max_
 answer and token counts are not text and numbers; "json_as_text": a good answer served as
 `text/plain`.
 
+Another wire format (`/messages`, shaped like Anthropic's Messages API: `system` apart,
+`max_tokens`, the key in `x-api-key`, the answer in `content[0].text` and usage as
+`input_tokens`/`output_tokens`), answered with the same logic: what a provider that does
+not speak the OpenAI protocol talks to (llm/providers.py).
+
 Run standalone (the benchmark does, to keep the server off the client's GIL):
     python tests/fake_openai.py --latency 0.1   # prints the port, serves until killed
     python tests/fake_openai.py --latency 0.1 --rate 200 --max-in-flight 100
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import json
 import math
 import random
@@ -67,12 +74,25 @@ from fake_batches import BatchStore
 from pytest_geo.llm.mock import ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
-          "echo_key", "huge", "odd_types", "json_as_text")
+          "echo_key", "huge", "odd_types", "json_as_text", "context_length", "html", "overloaded", "surrogate", "trickle", "endless",
+          "gzip_bomb", "raw_surrogate")
+# Hostile servers (test_server_faults.py): "html", a gateway's page with status 200; "overloaded",
+# a chat completion whose text says the service is overloaded; "surrogate", an answer holding
+# an escaped lone surrogate (`\ud800`) in the rewrite and as a ranked id ("raw_surrogate": in the
+# protocol's JSON, so the answer's text itself holds one); "trickle", a body
+# sent a byte every `trickle_seconds`; "endless", a chunked body that never ends; "gzip_bomb",
+# a small gzip body that inflates to GZIP_BOMB_BYTES.
+GZIP_BOMB_BYTES = 64 << 20
+ENDLESS_SECONDS = 30.0  # how long an endless body goes on (the client should hang up first)
 HUGE_ANSWER = 2 << 20  # characters of fault "huge"'s rewrite
 RANDOM_FAULTS = ("429", "500", "401", "drop", "slow", "malformed", "bad_ranking")  # for fault_rate
 QUERY = re.compile(r"^(?:Shopper query|Query): (.*)$", re.MULTILINE)
 DESCRIPTION = re.compile(r"^Original description: (.*)$", re.MULTILINE)
 KEEP = "KEEP it as it is."  # in a rewriter prompt: answer with the description unchanged
+HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and the answer
+MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
+GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
 
 
 class RateLimit:
@@ -175,6 +195,12 @@ class FakeOpenAI(ThreadingHTTPServer):
         self.serving = threading.Lock()
         self.thread: threading.Thread | None = None
         self.refuse_response_format = False  # a server without structured outputs
+        self.refuse_params: set[str] = set()  # refused with OpenAI's unsupported_parameter 400, naming no other
+        # Every chat answer's `usage` replaced by this (MISSING: no usage field at all), and
+        # these headers added to every answer: what a server that lies about both sends.
+        self.usage_as: Any = HONEST
+        self.extra_headers: dict[str, str] = {}
+        self.trickle_seconds = 0.5
 
     @property
     def url(self) -> str:
@@ -204,6 +230,9 @@ class FakeOpenAI(ThreadingHTTPServer):
             self.billed = dict.fromkeys(self.billed, 0)
             self.serial = False
             self.refuse_response_format = False
+            self.refuse_params = set()
+            self.usage_as = HONEST
+            self.extra_headers = {}
 
     def batch_answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A Batch API line's status and body: refused as a direct call would be (the
@@ -245,12 +274,12 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.refused_at.append(time.monotonic())
             return verdict
 
-    def _enter(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def _enter(self, body: dict[str, Any], headers: dict[str, str], path: str = "") -> None:
         with self.lock:
             self.in_flight += 1
             if self.first_request_at is None:
                 self.first_request_at = time.time()
-            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(),
+            self.requests.append({"body": body, "headers": headers, "at": time.monotonic(), "path": path,
                                   "in_flight": self.in_flight})  # this one included
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.in_flight_grew.notify_all()
@@ -270,6 +299,9 @@ class FakeOpenAI(ThreadingHTTPServer):
                 self.rate_limit.answered()
 
 
+CURRENT_PROMPT = re.compile(r"<<<\n(.*)\n>>>", re.S)  # the meta prompt's current template
+
+
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
     """The content a sensible model would give, computed from the prompt text.
 
@@ -282,16 +314,26 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     user = next((m["content"] for m in messages if m.get("role") == "user"), "")
     if fault == "malformed":
         return "Sorry, I cannot help with ranking today."
+    if fault == "overloaded":
+        return "The service is overloaded. Please try again later."
     query_match = QUERY.search(user)
     query = query_match.group(1) if query_match else ""
     if "ordered_ids" in system:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
+        if REVERSED in str(body.get("model", "")):  # a judge that sees everything the other way round
+            ordered.reverse()
         if fault == "bad_ranking":
             ordered = ordered[1:] + ["zz-unknown"]
+        if fault == "surrogate":  # json.dumps writes the lone surrogate as the escape `\ud800`
+            return json.dumps({"ordered_ids": [*ordered, "\ud800"]})
         echo = f"You sent {json.dumps(headers)}.\n" if fault == "echo_headers" else ""
         if fault == "echo_key":  # the key, \u-escaped, as one more id
             return '{"ordered_ids": ' + json.dumps(ordered)[:-1] + ', "' + key_forms(_key(headers))[1] + '"]}'
         return echo + "Here you go:\n```json\n" + json.dumps({"ordered_ids": ordered}) + "\n```"
+    if '"new_prompt"' in system:  # the meta-optimizer: the current template, one line added
+        current = CURRENT_PROMPT.search(user)
+        new = (current.group(1) if current else "") + "\nLead with the words of the query."
+        return json.dumps({"new_prompt": new, "rationale": "queries match better"})
     description = DESCRIPTION.search(user)
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})
@@ -299,6 +341,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     if fault == "echo_key":  # written inside the JSON string as is: each form decodes to the key
         return '{"rewritten_description": ' + json.dumps(rewritten)[:-1] + " " + " ".join(key_forms(_key(headers))) + '"}'
 
+    if fault == "surrogate":
+        rewritten += " \ud800"
     if fault == "echo_headers":
         rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
     return json.dumps({"rewritten_description": rewritten})
@@ -364,6 +408,8 @@ def completion(body: dict[str, Any], fault: str | None = None, number: int = 0,
     content = structured if structured is not None else answer_for(body, fault, headers)
     if fault == "huge":
         content = json.dumps({"rewritten_description": "x" * HUGE_ANSWER})
+    if fault == "raw_surrogate":
+        content += "\ud800"
     content, finish_reason = cut_at_cap(content, body)
     prompt, answer = prompt_tokens(body), count_tokens(content)
     return {
@@ -538,7 +584,7 @@ class _Handler(BaseHTTPRequestHandler):
         answered = not admitted
         with server.lock:
             server.raw_bodies.append(raw)
-        server._enter(body, {k.lower(): v for k, v in self.headers.items()})
+        server._enter(body, {k.lower(): v for k, v in self.headers.items()}, self.path)
         try:
             if not admitted:
                 self._send(429, {"error": {"message": "Rate limit reached for requests", "type": "requests",
@@ -557,6 +603,9 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(server.latency)
             server._answered()
             answered = True
+            if parts[-1] == "messages":
+                self._messages(body, fault)
+                return
             if fault == "drop":
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -564,7 +613,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "slow":
                 time.sleep(server.slow_seconds)
             if fault == "429":
-                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0.1"})
+                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                           {"Retry-After": "0.1", **server.extra_headers})
                 return
             if fault == "401":  # like OpenAI: the error echoes the key it was given
                 given = self.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -580,9 +630,23 @@ class _Handler(BaseHTTPRequestHandler):
                     server.refused.append((str(body.get("model")), refusal["error"]["param"]))
                 self._send(400, refusal)
                 return
+            refused = next((param for param in sorted(server.refuse_params) if param in body), None)
+            if refused is not None:
+                with server.lock:
+                    server.refused.append((str(body.get("model")), refused))
+                self._send(400, {"error": {"message": f"Unsupported parameter: '{refused}' is not supported with "
+                                                      "this model.", "type": "invalid_request_error",
+                                           "param": refused, "code": "unsupported_parameter"}})
+                return
             if fault == "400":  # a request no change of parameters fixes, as OpenAI words one
                 self._send(400, {"error": {"message": "Unrecognized request argument supplied: stream_mode",
                                            "type": "invalid_request_error", "param": None, "code": None}})
+                return
+            if fault == "context_length":  # one row's prompt too long, as OpenAI words it
+                self._send(400, {"error": {"message": "This model's maximum context length is 128000 tokens. However, "
+                                                      "your messages resulted in 200000 tokens.",
+                                           "type": "invalid_request_error", "param": "messages",
+                                           "code": "context_length_exceeded"}})
                 return
             if fault == "500":
                 self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}},
@@ -591,6 +655,9 @@ class _Handler(BaseHTTPRequestHandler):
             refusal = schema_refusal(server, body)
             if refusal is not None:
                 self._send(400, refusal)
+                return
+            if fault in ("html", "trickle", "endless", "gzip_bomb"):
+                self._hostile_body(fault)
                 return
             if fault == "odd_types":  # a 200 whose fields are not of their types
                 self._send(200, {"choices": [{"message": {"content": ["not", "text"]}, "finish_reason": 7}],
@@ -604,13 +671,62 @@ class _Handler(BaseHTTPRequestHandler):
             with server.lock:
                 for name in server.billed:
                     server.billed[name] += answer["usage"][name]
-            self._send(200, answer, limit_headers)
+            if server.usage_as is MISSING:
+                del answer["usage"]
+            elif server.usage_as is not HONEST:
+                answer["usage"] = server.usage_as
+            self._send(200, answer, {**limit_headers, **server.extra_headers})
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
             if not answered:
                 server._answered()
             server._leave()
+
+    def _hostile_body(self, fault: str) -> None:
+        """A 200 no client should buffer whole or wait for: see FAULTS."""
+        if fault == "html":
+            self._send_bytes(200, GATEWAY_PAGE, content_type="text/html")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if fault == "gzip_bomb":
+            data = gzip_bomb()
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if fault == "trickle":  # a byte at a time: no read of the socket ever waits long
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            for _ in range(100000):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(self.server.trickle_seconds)
+            return
+        self.send_header("Transfer-Encoding", "chunked")  # endless
+        self.end_headers()
+        chunk = b"x" * 65536
+        until = time.monotonic() + ENDLESS_SECONDS
+        while time.monotonic() < until:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self.close_connection = True
+
+    def _messages(self, body: dict[str, Any], fault: str | None) -> None:
+        """The `/messages` wire format (see the module)."""
+        if fault == "500":
+            self._send(500, {"type": "error", "error": {"type": "api_error", "message": "overloaded"}})
+            return
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []
+        chat = {"model": body.get("model"), "messages": system + list(body.get("messages", [])),
+                "max_tokens": body.get("max_tokens")}
+        answer = completion(chat)
+        self._send(200, {"type": "message", "role": "assistant", "model": body.get("model"),
+                         "content": [{"type": "text", "text": answer["choices"][0]["message"]["content"]}],
+                         "stop_reason": "end_turn",
+                         "usage": {"input_tokens": answer["usage"]["prompt_tokens"],
+                                   "output_tokens": answer["usage"]["completion_tokens"]}})
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers, "application/json")
@@ -627,6 +743,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+
+_bomb: list[bytes] = []
+
+
+def gzip_bomb() -> bytes:
+    """GZIP_BOMB_BYTES of spaces, gzipped (about a thousandth of that), made once."""
+    if not _bomb:
+        _bomb.append(gzip.compress(b" " * GZIP_BOMB_BYTES, compresslevel=9))
+    return _bomb[0]
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ from fake_openai import FakeOpenAI, RateLimit
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, geo_rows
 from pytest_geo.cli import main
 from pytest_geo.data.dataset import GeoRow, iter_dataset
-from pytest_geo.engine.adaptive import (
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.adaptive import (
     CUT_ON_429,
     START,
     TRIM_ON_PRESSURE,
@@ -28,14 +29,14 @@ from pytest_geo.engine.adaptive import (
     refill_rate,
     retry_after,
 )
-from pytest_geo.engine.limiter import Limiter
-from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest
+from pytest_geo.llm.limiter import Limiter
 from pytest_geo.llm.stack import build_stack
 from pytest_geo.report.concurrency import merge_stats, stats_line
 from pytest_geo.settings import Settings, build_settings
 
 
+@pytest.mark.unit
 def test_limiter_shrinks_for_newcomers_and_keeps_order() -> None:
     async def scenario() -> list[str]:
         limiter = Limiter(2)
@@ -62,6 +63,7 @@ def test_limiter_shrinks_for_newcomers_and_keeps_order() -> None:
     assert asyncio.run(scenario()) == ["a", "b"]
 
 
+@pytest.mark.unit
 def test_limiter_pause_holds_new_entries_until_its_time() -> None:
     async def scenario() -> float:
         loop = asyncio.get_running_loop()
@@ -74,6 +76,7 @@ def test_limiter_pause_holds_new_entries_until_its_time() -> None:
     assert asyncio.run(scenario()) >= 0.19
 
 
+@pytest.mark.unit
 def test_limiter_cancelled_waiter_gives_back_nothing_it_did_not_take() -> None:
     async def scenario() -> int:
         limiter = Limiter(1)
@@ -89,6 +92,7 @@ def test_limiter_cancelled_waiter_gives_back_nothing_it_did_not_take() -> None:
     assert asyncio.run(scenario()) == 1
 
 
+@pytest.mark.unit
 def test_limiter_waiter_cancelled_after_a_wake_up_dropped_it_leaves_quietly() -> None:
     """A waiter's task is cancelled, and a release wakes the queue (dropping the cancelled
     waiter) before that task runs: it ends cancelled, not with a ValueError."""
@@ -106,6 +110,7 @@ def test_limiter_waiter_cancelled_after_a_wake_up_dropped_it_leaves_quietly() ->
     assert asyncio.run(scenario()) == 0
 
 
+@pytest.mark.e2e
 def test_a_request_that_got_its_slot_before_a_pause_is_sent_after_it(
     fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,12 +135,14 @@ def test_a_request_that_got_its_slot_before_a_pause_is_sent_after_it(
     assert fake_openai.requests[0]["at"] - start >= 0.5
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "seconds"), [("20ms", 0.02), ("1s", 1.0), ("6m0s", 360.0), ("1.5", 1.5),
                                                 ("1h2m3.5s", 3723.5), ("soon", None), ("", None)])
 def test_parse_duration_reads_openai_reset_format(text: str, seconds: float | None) -> None:
     assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)
 
 
+@pytest.mark.unit
 def test_retry_after_prefers_milliseconds_then_seconds_then_an_exhausted_limit_reset() -> None:
     assert retry_after({"retry-after-ms": "250", "retry-after": "3"}) == pytest.approx(0.25)
     assert retry_after({"retry-after": "3"}) == 3.0
@@ -150,6 +157,7 @@ def _controller(maximum: int = 256) -> AdaptiveConcurrency:
     return AdaptiveConcurrency(Limiter(1), Limiter(1), maximum)
 
 
+@pytest.mark.unit
 def test_auto_grows_while_calls_succeed_up_to_its_bound() -> None:
     async def scenario() -> AdaptiveConcurrency:
         controller = _controller(maximum=40)
@@ -163,6 +171,7 @@ def test_auto_grows_while_calls_succeed_up_to_its_bound() -> None:
     assert controller.rows.limit == 40 and controller.requests.limit == 80
 
 
+@pytest.mark.unit
 def test_a_429_cuts_once_per_window_and_holds_requests_for_retry_after() -> None:
     async def scenario() -> tuple[AdaptiveConcurrency, float, float]:
         controller = _controller()
@@ -193,6 +202,7 @@ def test_a_429_cuts_once_per_window_and_holds_requests_for_retry_after() -> None
     assert not controller.slow_start
 
 
+@pytest.mark.unit
 def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate() -> None:
     headers = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "5",
                "x-ratelimit-reset-requests": "950ms"}
@@ -212,6 +222,28 @@ def test_low_remaining_budget_trims_and_headers_cap_requests_at_the_refill_rate(
     assert controller.limit == pytest.approx(START * TRIM_ON_PRESSURE)  # trimmed once, then no growth
 
 
+@pytest.mark.unit
+def test_headers_showing_an_untouched_budget_set_no_refill_rate_and_never_throttle() -> None:
+    """Remaining equal to the limit: nothing was spent, so there is no refill to measure
+    (not a rate of zero)."""
+    untouched = {"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "100",
+                 "x-ratelimit-reset-requests": "1s"}
+    assert refill_rate(untouched) is None
+    assert refill_rate({**untouched, "x-ratelimit-remaining-requests": "60"}) == 40.0  # 40 spent, back within 1 s
+
+    async def scenario(headers: dict[str, str]) -> AdaptiveConcurrency:
+        controller = _controller()
+        for _ in range(50):
+            controller.observe(200, headers)
+            controller.call_succeeded(0.1)
+        return controller
+
+    with_headers, without = asyncio.run(scenario(untouched)), asyncio.run(scenario({}))
+    assert with_headers.request_cap is None
+    assert (with_headers.limit, with_headers.requests.limit) == (without.limit, without.requests.limit)
+    assert with_headers.requests.limit == 64  # grown as without any header, not held to one request
+
+
 class FakeClock:
     """time.monotonic for the controller, moved by hand."""
 
@@ -222,6 +254,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.unit
 def test_without_rate_headers_the_rate_granted_between_two_429s_caps_requests() -> None:
     """The server's budget is spent at each 429, so the successes between two of them
     (counted a latency late: answers trail admission) are its rate: 60 in 2 s is 30/s,
@@ -254,6 +287,7 @@ def test_without_rate_headers_the_rate_granted_between_two_429s_caps_requests() 
     assert controller.requests.limit == 3
 
 
+@pytest.mark.unit
 def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
     """Without rate headers. A first episode refused with 10 requests out (the refused
     one included): a cap of 9 at most. Refused again within a round trip of its pause's
@@ -295,6 +329,7 @@ def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     asyncio.ensure_future(wait).cancel()
 
 
+@pytest.mark.unit
 def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back() -> None:
     """Refused with 9 requests out, 1 of them: a ceiling of 8. Were it a rate after all,
     8 at once would drain its refill again, so the requests resume at 4 once the pause
@@ -319,8 +354,9 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
     assert asyncio.run(scenario()) == [4, 4, 5, 6, 7, 8]
 
 
+@pytest.mark.unit
 def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.LogCaptureFixture) -> None:
-    """The `pytest_geo.engine.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
+    """The `pytest_geo.llm.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
     episode's first 429 with its verdict and what it left, a later one in the same
     pause with its number, and the limits as they move."""
     clock = FakeClock()
@@ -332,7 +368,7 @@ def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.L
         clock.now += 0.001
         _refused_with(controller, 8)
 
-    with caplog.at_level(logging.DEBUG, logger="pytest_geo.engine.adaptive"):
+    with caplog.at_level(logging.DEBUG, logger="pytest_geo.llm.adaptive"):
         asyncio.run(scenario())
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("429")] == [
         "429 at 100.000: episode 1, refusal 1, 9 requests in flight; a cap, pause 1.00s, ceiling 8, resume 4.0, "
@@ -342,6 +378,7 @@ def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.L
     assert "limits at 100.000: 8 rows, 4 requests in flight" in caplog.messages
 
 
+@pytest.mark.unit
 def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None:
     clock = FakeClock()
 
@@ -359,6 +396,7 @@ def test_a_ceiling_of_requests_in_flight_is_probed_after_a_quiet_spell() -> None
     assert asyncio.run(scenario()) == [6, 6, 7, 8]  # one more after each 15 s without a 429
 
 
+@pytest.mark.unit
 def test_calls_held_through_a_pause_do_not_read_as_a_queue() -> None:
     """Calls answered in 0.1 s, then a 429 asking for 1 s: calls begun before the pause
     ended waited in it (1.1 s each), which says nothing of the server's pace, so the
@@ -386,6 +424,7 @@ def test_calls_held_through_a_pause_do_not_read_as_a_queue() -> None:
     assert after >= halved  # growing again, one row a round trip
 
 
+@pytest.mark.unit
 def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() -> None:
     """32 requests sent at once to a server answering one call a second: answers come
     every second, each having waited one second longer. The queue shows the server's
@@ -408,6 +447,7 @@ def test_a_queue_at_a_one_at_a_time_server_cuts_the_limit_to_its_pace_at_once() 
     assert controller.rows.limit == 1 and controller.requests.limit == 2
 
 
+@pytest.mark.unit
 def test_slow_start_ends_where_more_rows_stop_buying_throughput() -> None:
     """Calls come back at 300 a second however many rows are allowed (whatever is
     saturated, this client's CPU or the server), in 0.1 s each, and rows keep waiting
@@ -440,6 +480,7 @@ def test_slow_start_ends_where_more_rows_stop_buying_throughput() -> None:
     assert 40 <= controller.limit <= 41  # then one row a round trip
 
 
+@pytest.mark.unit
 def test_growth_while_the_client_runs_late_for_less_than_half_a_round_trip() -> None:
     """A round trip's answers come back in a clump and the client handles them back to
     back: its event loop runs late for a third of the round trip (0.1 s) while it is far
@@ -481,6 +522,7 @@ async def _held_up_after_a_call(seconds: float) -> AdaptiveConcurrency:
     return controller
 
 
+@pytest.mark.unit
 def test_no_growth_while_the_client_itself_runs_late() -> None:
     """The event loop was held up for 0.2 s within the last round trip (0.1 s): this
     client is its own bottleneck, so answers coming back meanwhile do not raise the
@@ -504,6 +546,7 @@ def test_no_growth_while_the_client_itself_runs_late() -> None:
     assert after == before + 2 / 3  # 2/3 of a row per answer
 
 
+@pytest.mark.unit
 def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> None:
     """The mock answers in about 0.1 ms, twentyfold slower when the event loop is busy:
     jitter, not a queue, so auto grows to its bound as it did."""
@@ -520,6 +563,7 @@ def test_calls_answered_in_microseconds_show_no_queue_however_they_vary() -> Non
     assert controller.limit == 40 and controller.rows.limit == 40
 
 
+@pytest.mark.unit
 def test_microsecond_calls_grow_the_limit_while_the_loop_runs_late() -> None:
     """With no round trip (the mock's answers, under QUEUE_SIGNAL) the client-busy and
     full-pipe rules are not asked: a loop held up for 0.2 s does not stop the growth, as
@@ -536,6 +580,7 @@ def test_microsecond_calls_grow_the_limit_while_the_loop_runs_late() -> None:
     assert after == before + 2 / 3  # 2/3 of a row per answer
 
 
+@pytest.mark.unit
 def test_unchanged_limits_are_not_set_again_unless_a_pause_ended() -> None:
     """After a call that moves no limit the limiters are left alone (the mock's calls at
     the bound); once a pause has ended, before its timer ran, setting them wakes a
@@ -572,6 +617,7 @@ def test_unchanged_limits_are_not_set_again_unless_a_pause_ended() -> None:
     assert resized == [4, 8]
 
 
+@pytest.mark.e2e
 def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -619,6 +665,7 @@ def _local(fake_openai: FakeOpenAI) -> Settings:
     return build_settings({"base_url": fake_openai.url, "prompts_dir": PROMPTS, "use_cache": False})
 
 
+@pytest.mark.e2e
 def test_auto_finds_a_cap_on_requests_in_flight_not_a_rate_below_it(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -643,6 +690,7 @@ def test_auto_finds_a_cap_on_requests_in_flight_not_a_rate_below_it(
     assert session.concurrency_stats().rate_limited == len(refused)
 
 
+@pytest.mark.e2e
 def test_slow_start_grows_the_requests_in_flight_by_half_a_round_trip(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -662,6 +710,7 @@ def test_slow_start_grows_the_requests_in_flight_by_half_a_round_trip(
     assert rounds[0] == 32 and rounds[1] <= 48, rounds
 
 
+@pytest.mark.e2e
 def test_a_fast_local_server_gets_well_past_eight_rows(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -677,6 +726,7 @@ def test_a_fast_local_server_gets_well_past_eight_rows(
     assert fake_openai.max_in_flight >= 24
 
 
+@pytest.mark.e2e
 def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -691,6 +741,7 @@ def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
     assert fake_openai.max_in_flight <= 10
 
 
+@pytest.mark.unit
 def test_auto_parses_as_a_setting() -> None:
     settings = build_settings({"concurrency": "auto", "max_concurrency": 32})
     assert settings.concurrency is None and settings.max_concurrency == 32
@@ -698,12 +749,14 @@ def test_auto_parses_as_a_setting() -> None:
     assert build_settings({"concurrency": 4}).concurrency == 4
 
 
+@pytest.mark.unit
 def test_stats_from_workers_add_up() -> None:
     one = {"mode": "auto", "limit": 10, "reached": 20, "rate_limited": 3, "maximum": 256}
     assert merge_stats(merge_stats(None, one), one) == {"mode": "auto", "limit": 20, "reached": 40,
                                                         "rate_limited": 6, "maximum": 512}
 
 
+@pytest.mark.plugin
 def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: GeoProject) -> None:
     """At most 4 requests in flight, beyond that a 429 with `Retry-After: 1` and nothing
     else: auto starts above the limit, is refused, cuts, waits out the Retry-After and
@@ -731,6 +784,7 @@ def test_auto_adapts_to_a_server_that_only_sends_retry_after(served_project: Geo
     assert max(gaps) >= 0.8
 
 
+@pytest.mark.plugin
 def test_auto_with_openai_headers_stays_under_the_rate_without_429s(served_project: GeoProject) -> None:
     """100 requests/s with the real API's headers: the refill rate caps the requests in
     flight before the bucket runs dry, so (almost) nothing is refused."""
@@ -742,6 +796,7 @@ def test_auto_with_openai_headers_stays_under_the_rate_without_429s(served_proje
     assert server.rate_limit.refused <= 0.05 * len(server.requests)
 
 
+@pytest.mark.plugin
 def test_fixed_concurrency_reports_429s_too(served_project: GeoProject) -> None:
     server = served_project.server
     server.fail_next("429")
@@ -753,12 +808,14 @@ def test_fixed_concurrency_reports_429s_too(served_project: GeoProject) -> None:
                                      "start": None}
 
 
+@pytest.mark.plugin
 def test_bad_concurrency_value_names_auto(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("--geo-concurrency", "lots")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--geo-concurrency*'lots' is neither a whole number nor 'auto'*"])
 
 
+@pytest.mark.plugin
 def test_auto_is_the_default(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "report.json")
     result.assert_outcomes(passed=2)
@@ -769,6 +826,7 @@ def test_auto_is_the_default(served_project: GeoProject) -> None:
     result.stdout.fnmatch_lines(["concurrency: auto, the limit * rows in flight (bound 256)*"])
 
 
+@pytest.mark.plugin
 def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_concurrency = auto\ngeo_max_concurrency = 5\n")
     result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "report.json")
@@ -778,6 +836,7 @@ def test_ini_twins_turn_auto_on(served_project: GeoProject) -> None:
     assert report["concurrency"]["reached"] <= 5
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -796,12 +855,14 @@ def test_egeo_evaluate_takes_auto_and_says_what_it_reached(
     assert f"429 answers seen: {refused}" in err
 
 
+@pytest.mark.plugin
 def test_the_mock_prints_no_concurrency_line(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     result.assert_outcomes(passed=8)
     assert not [line for line in result.outlines if line.startswith("concurrency:")]  # no rate limits to adapt to
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("stats, shape", [
     ({"start": 16, "reached": 40, "limit": 33}, "the limit rose from 16 to 40 rows in flight (bound 256), ended at 33"),
     ({"start": 16, "reached": 16, "limit": 16}, "the limit stayed at 16 rows in flight (bound 256)"),
@@ -812,6 +873,7 @@ def test_the_concurrency_line_says_rose_only_when_the_limit_rose(stats: dict[str
     assert line == f"concurrency: auto, {shape}; 429 answers seen: 2"
 
 
+@pytest.mark.e2e
 def test_a_stalled_client_does_not_read_as_a_queue_at_the_server(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

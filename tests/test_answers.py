@@ -15,7 +15,17 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_geo.engine import answers
-from pytest_geo.engine.answers import AnswerError, _fenced_blocks, extract_json_object, parse_ranking, parse_rewrite
+from pytest_geo.engine.answers import (
+    AnswerError,
+    UnusableAnswer,
+    _fenced_blocks,
+    extract_json_object,
+    parse_ranking,
+    parse_rewrite,
+)
+from pytest_geo.llm.base import ChatResponse
+
+pytestmark = pytest.mark.unit
 
 # The implementation before linear parsing (raw_decode at every `{`), kept as the
 # reference the new one must agree with: it took 9 s on 100 KB of `{`.
@@ -171,3 +181,28 @@ def test_a_ranking_with_many_ids_says_which_briefly() -> None:
     assert str(caught.value) == (
         "ranking is not a permutation of the candidates (missing ids: b; extra ids: x0, x1, x2, x3, x4, x5, x6, "
         "x7, x8, x9 and 49,990 more; repeated ids: a)")
+
+
+# --- rankings and the answer size cap ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ids", "problem"), [
+    (["a", "a", "b", "c"], "repeated ids: a"),  # every candidate named, one twice
+    (["c", "b", "a", "b", "c"], "repeated ids: b, c"),
+    (["a", "a", "b"], "missing ids: c; repeated ids: a"),
+])
+def test_a_ranking_that_repeats_an_id_is_refused_naming_it(ids: list[str], problem: str) -> None:
+    with pytest.raises(AnswerError) as refused:
+        parse_ranking(json.dumps({"ordered_ids": ids}), ["a", "b", "c"])
+    assert str(refused.value) == f"ranking is not a permutation of the candidates ({problem})"
+
+
+def test_an_answer_of_exactly_the_size_cap_is_used_and_one_character_more_is_not() -> None:
+    cap = 1 << 20  # 1 MiB of characters
+    answers.check_answer("rewriter", ChatResponse(text="x" * cap), None, "--geo-max-output-tokens")
+    assert answers.kept_answer("x" * cap) == "x" * cap
+    with pytest.raises(UnusableAnswer) as refused:
+        answers.check_answer("rewriter", ChatResponse(text="x" * (cap + 1)), None, "--geo-max-output-tokens")
+    assert str(refused.value) == ("rewriter answer of 1,048,577 characters is over the answer size cap "
+                                  "(1,048,576 characters): not used")
+    assert answers.kept_answer("x" * (cap + 1)).endswith("[answer cut here in this report: 1,048,577 characters in all]")

@@ -83,12 +83,14 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@pytest.mark.unit
 def test_no_import_cycles() -> None:
     graph = import_graph()
     assert "pytest_geo.plugin" in graph and graph["pytest_geo.pytest_layer.items"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+@pytest.mark.unit
 def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     graph = import_graph()
     graph["pytest_geo.data.dataset"] = graph["pytest_geo.data.dataset"] | {"pytest_geo.plugin"}
@@ -96,6 +98,7 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     assert cycle is not None and "pytest_geo.plugin" in cycle and cycle[0] == cycle[-1]
 
 
+@pytest.mark.e2e
 def test_importing_the_package_or_plugin_leaves_the_engine_unimported() -> None:
     """The plugin loads in every pytest run of every project that installs it; the
     engine, asyncio and the model SDK wait for a run that needs them."""
@@ -107,10 +110,24 @@ def test_importing_the_package_or_plugin_leaves_the_engine_unimported() -> None:
         assert done.stdout.strip() == "[]", module
 
 
+@pytest.mark.unit
 def test_each_subpackage_says_what_it_owns() -> None:
     for init in PACKAGE.glob("*/__init__.py"):
         docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert docstring, f"{init} has no docstring"
+
+
+@pytest.mark.unit
+def test_the_model_layer_imports_nothing_from_the_engine() -> None:
+    """Imports point down: the engine is handed a ready client stack (llm/stack.py), so
+    nothing under llm/ imports the engine, at import time or later."""
+    upward = []
+    for path in sorted((PACKAGE / "llm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            upward += [f"{path.name}: {name}" for name in names if name.startswith("pytest_geo.engine")]
+    assert upward == []
 
 
 # --- imports point down ---------------------------------------------------------------------
@@ -121,7 +138,7 @@ def test_each_subpackage_says_what_it_owns() -> None:
 # The package itself (`from pytest_geo import __version__`) is loaded before any of its
 # modules, so it is no layer.
 LAYERS = (
-    {"text", "price", "local_server", "frozen", "newhooks"},  # plain values and rules, no other module
+    {"text", "price", "local_server", "judge", "newhooks"},  # plain values and rules, no other module
     {"settings"},  # every default, and the Settings a run is built from
     {"scoring", "templates", "options", "option_spec", "starter", "data"},  # read settings, rows and prompts
     {"llm"},  # the model clients
@@ -129,12 +146,9 @@ LAYERS = (
     {"suites"},  # eval suites over the engine
     {"report"},  # results, summaries and report files
     {"optimize"},  # prompt search over suites and reports
-    {"pytest_layer", "plugin", "cli", "__main__"},  # the two front ends
+    {"pytest_layer", "plugin", "cli", "__main__", "project_config"},  # the two front ends, and egeo's pytest ini
 )
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
-# Engineer simplify moves BoundedClient (engine/runner.py), engine/adaptive.py and
-# engine/limiter.py into llm/, so llm/stack.py stops importing engine/.
-PENDING = {("llm", "engine")}
 
 
 def unit_of(module: str) -> str:
@@ -160,8 +174,7 @@ def runtime_imports(path: Path) -> set[str]:
 def upward_imports(edges: dict[str, set[str]]) -> list[str]:
     """`importer -> imported` for every import of a higher layer."""
     return sorted(f"{importer} -> {imported}" for importer, targets in edges.items() for imported in targets
-                  if LAYER_OF[unit_of(imported)] > LAYER_OF[unit_of(importer)]
-                  and (unit_of(importer), unit_of(imported)) not in PENDING)
+                  if LAYER_OF[unit_of(imported)] > LAYER_OF[unit_of(importer)])
 
 
 def package_imports() -> dict[str, set[str]]:
@@ -169,15 +182,18 @@ def package_imports() -> dict[str, set[str]]:
             if module_name(path) != "pytest_geo"}
 
 
+@pytest.mark.unit
 def test_every_module_has_a_layer() -> None:
     units = {unit_of(name) for name in package_imports()}
     assert units == set(LAYER_OF), units ^ set(LAYER_OF)
 
 
+@pytest.mark.unit
 def test_imports_point_down() -> None:
     assert upward_imports(package_imports()) == []
 
 
+@pytest.mark.unit
 def test_an_upward_import_is_found() -> None:
     edges = package_imports()
     edges["pytest_geo.settings"] = edges["pytest_geo.settings"] | {"pytest_geo.llm.prices"}
@@ -186,13 +202,6 @@ def test_an_upward_import_is_found() -> None:
                                      "pytest_geo.settings -> pytest_geo.llm.prices"]
 
 
+@pytest.mark.unit
 def test_settings_imports_only_plain_values() -> None:
     assert runtime_imports(PACKAGE / "settings.py") == {"pytest_geo.local_server", "pytest_geo.price"}
-
-
-@pytest.mark.xfail(strict=True, reason="llm/stack.py imports engine/ until engineer simplify moves BoundedClient, "
-                                       "engine/adaptive.py and engine/limiter.py into llm/")
-def test_the_model_clients_import_nothing_from_the_engine() -> None:
-    edges = package_imports()
-    assert sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets
-                  if unit_of(a) == "llm" and unit_of(b) == "engine") == []

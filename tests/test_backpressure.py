@@ -27,6 +27,7 @@ def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.unit
 def test_rows_started_and_not_consumed_stay_within_the_window() -> None:
     runner = Runner(concurrency=2, window_floor=0)  # window: 4 x 2 rows
     counts = {"began": 0, "consumed": 0, "most": 0}
@@ -53,6 +54,7 @@ def test_rows_started_and_not_consumed_stay_within_the_window() -> None:
     assert runner.unconsumed == 0
 
 
+@pytest.mark.unit
 def test_a_slow_head_row_holds_only_the_window_and_its_consumer_gets_it() -> None:
     runner = Runner(concurrency=2, window_floor=0)
     head = threading.Event()
@@ -80,6 +82,7 @@ def test_a_slow_head_row_holds_only_the_window_and_its_consumer_gets_it() -> Non
     assert taken == list(range(50))
 
 
+@pytest.mark.unit
 def test_rows_taken_in_reverse_order_all_finish() -> None:
     runner = Runner(concurrency=1, window_floor=0)  # window: 4 rows
     makers = [functools.partial(asyncio.sleep, 0, i) for i in range(300)]
@@ -102,6 +105,7 @@ def _smoke_session(tmp_path: Path) -> tuple[GeoSession, list[GeoRow]]:
     return session, [r for r in iter_dataset(SMOKE, 7) if isinstance(r, GeoRow)]
 
 
+@pytest.mark.unit
 def test_a_session_taking_outcomes_in_reverse_order_finishes(tmp_path: Path) -> None:
     session, rows = _smoke_session(tmp_path)
     try:
@@ -114,6 +118,7 @@ def test_a_session_taking_outcomes_in_reverse_order_finishes(tmp_path: Path) -> 
     assert session.runner.unconsumed == 0
 
 
+@pytest.mark.unit
 def test_cancelled_rows_free_their_window_places(tmp_path: Path) -> None:
     session, rows = _smoke_session(tmp_path)
     try:
@@ -147,6 +152,7 @@ def test_cancelled_rows_free_their_window_places(tmp_path: Path) -> None:
         runner.close()
 
 
+@pytest.mark.unit
 def test_the_window_follows_the_row_limit() -> None:
     runner = Runner(concurrency=1, window_floor=0)
     try:
@@ -184,6 +190,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.e2e
 def test_items_run_in_reverse_of_scheduling_finish(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(REVERSED_CONFTEST)
     result = geo_project.runpytest_subprocess("data/smoke.jsonl", "--geo-mock", "--geo-concurrency", "1",
@@ -200,6 +207,7 @@ def pytest_runtestloop(session):
         item.add_marker(pytest.mark.skip(reason="not this time"))''')
 
 
+@pytest.mark.e2e
 def test_rows_of_skipped_items_do_not_keep_their_window_places(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(SKIPPED_CONFTEST)
     result = geo_project.runpytest_subprocess("data/smoke.jsonl", "--geo-mock", "--geo-concurrency", "1",
@@ -208,6 +216,7 @@ def test_rows_of_skipped_items_do_not_keep_their_window_places(geo_project: pyte
     assert (geo_project.path / "window.json").read_text() == "[4, 0]"
 
 
+@pytest.mark.unit
 def test_a_row_cancelled_before_its_task_first_runs_gives_its_task_place_back() -> None:
     """A row's bookkeeping (its task place, its entry among the started tasks) is undone
     at the end of its task's coroutine; a task cancelled before its first step never

@@ -24,6 +24,7 @@ def uploaded_lines(server: FakeOpenAI, batch_id: str) -> list[dict[str, object]]
     return [json.loads(line) for line in server.batches.files[batch.input_file_id].splitlines()]
 
 
+@pytest.mark.plugin
 def test_a_geo_row_takes_two_rounds_and_lands_in_the_cache(served_project: GeoProject) -> None:
     server = served_project.server
     dataset = served_project.dataset(4)
@@ -49,6 +50,7 @@ def test_a_geo_row_takes_two_rounds_and_lands_in_the_cache(served_project: GeoPr
     assert not list((served_project.pytester.path / "cache" / "batches").glob("*.json"))  # nothing pending
 
 
+@pytest.mark.plugin
 def test_custom_ids_are_the_ordinary_cache_keys(served_project: GeoProject) -> None:
     """Also: the ini twin turns batch mode on."""
     from pytest_geo.llm.base import ChatRequest
@@ -75,6 +77,7 @@ def _rows(directory: Path, n: int) -> list[GeoRow]:
     return [r for r in iter_dataset(path, 0) if isinstance(r, GeoRow)]
 
 
+@pytest.mark.e2e
 def test_an_interrupted_run_resumes_its_pending_batch_instead_of_paying_twice(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,6 +110,7 @@ def test_an_interrupted_run_resumes_its_pending_batch_instead_of_paying_twice(
     assert not list((tmp_path / "cache" / "batches").glob("*.json"))
 
 
+@pytest.mark.plugin
 def test_failed_lines_become_their_rows_errors_and_the_rest_score(served_project: GeoProject) -> None:
     server = served_project.server
     server.batches.line_faults = {0: "error", 2: "500", 4: "missing"}  # round one's lines
@@ -120,6 +124,7 @@ def test_failed_lines_become_their_rows_errors_and_the_rest_score(served_project
     ])
 
 
+@pytest.mark.e2e
 def test_a_cancelled_batch_fails_its_rows_with_a_clear_error(
     workdir_env: Path, fake_openai: FakeOpenAI, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,6 +141,7 @@ def test_a_cancelled_batch_fails_its_rows_with_a_clear_error(
     assert not list((workdir_env / "cache" / "batches").glob("*.json"))  # a rerun submits afresh
 
 
+@pytest.mark.e2e
 def test_an_expired_batch_keeps_what_it_answered(
     workdir_env: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -154,6 +160,7 @@ def workdir_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return egeo_workdir(tmp_path, monkeypatch, rows=4)
 
 
+@pytest.mark.plugin
 def test_batch_needs_the_openai_client(counting_client: pytest.Pytester) -> None:
     result = counting_client.runpytest("data/smoke.jsonl", "--geo-batch", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -173,6 +180,7 @@ def answered(items, expected):
 """
 
 
+@pytest.mark.plugin
 def test_suite_procedures_go_as_ordinary_calls_beside_batched_rows(served_project: GeoProject) -> None:
     """A procedure is called one suite item at a time: a batch of one per item would make
     each item wait for a whole batch, so under --geo-batch it is an ordinary call."""
@@ -184,6 +192,7 @@ def test_suite_procedures_go_as_ordinary_calls_beside_batched_rows(served_projec
     assert sum(len(uploaded_lines(served_project.server, b)) for b in served_project.server.batches.created) == 6
 
 
+@pytest.mark.plugin
 def test_batched_answers_cost_half_the_list_price(served_project: GeoProject) -> None:
     from pytest_geo.llm.prices import BUILTIN_PRICES
 
@@ -199,6 +208,7 @@ def test_batched_answers_cost_half_the_list_price(served_project: GeoProject) ->
         assert report["cost"]["roles"][role]["cost"] == pytest.approx(listed / 2, rel=1e-6)
 
 
+@pytest.mark.plugin
 def test_lines_refusing_a_parameter_are_healed_sent_again_and_the_lesson_kept(served_project: GeoProject) -> None:
     """A model the table does not know refuses `temperature` in every line of the first
     batch: the change is learned from the lines' 400s, only the refused lines go again,

@@ -12,6 +12,8 @@ import pytest
 
 from pytest_geo.cli import main
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "eval" / "datasets" / "geo_smoke.jsonl"
 PROMPTS = REPO / "pytest_geo" / "prompts"

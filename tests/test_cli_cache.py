@@ -30,6 +30,7 @@ def entries(directory: Path) -> list[dict[str, object]]:
     return cache_entries(directory)
 
 
+@pytest.mark.e2e
 def test_a_rerun_is_answered_from_the_cache(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -44,6 +45,7 @@ def test_a_rerun_is_answered_from_the_cache(
     assert (workdir / ".pytest_cache" / ".gitignore").read_text().endswith("\n*\n")  # not committed by accident
 
 
+@pytest.mark.e2e
 def test_no_cache_asks_again_and_writes_nothing(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -55,6 +57,7 @@ def test_no_cache_asks_again_and_writes_nothing(
     assert len(fake_openai.requests) == 9
 
 
+@pytest.mark.e2e
 def test_cache_dir_puts_the_answers_there(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -68,6 +71,7 @@ def test_cache_dir_puts_the_answers_there(
     assert len(fake_openai.requests) == 9
 
 
+@pytest.mark.e2e
 def test_an_existing_pytest_cache_is_left_alone(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,11 +80,13 @@ def test_an_existing_pytest_cache_is_left_alone(
     assert [p.name for p in (workdir / ".pytest_cache").iterdir()] == ["d"]
 
 
+@pytest.mark.e2e
 def test_the_mock_is_never_cached(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--mock"]) == 0
     assert not (workdir / ".pytest_cache").exists()
 
 
+@pytest.mark.plugin
 def test_egeo_and_the_plugin_share_answers(served_project: GeoProject, capsys: pytest.CaptureFixture[str]) -> None:
     dataset = served_project.dataset(2)
     assert main(["evaluate", "--dataset", str(dataset), "--prompts", "prompts",
@@ -91,6 +97,7 @@ def test_egeo_and_the_plugin_share_answers(served_project: GeoProject, capsys: p
     assert served_project.server.requests == []
 
 
+@pytest.mark.e2e
 def test_help_names_the_cache_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["evaluate", "--help"])
@@ -99,6 +106,7 @@ def test_help_names_the_cache_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--no-cache neither read nor write the model-answer cache" in text
 
 
+@pytest.mark.e2e
 def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
     (workdir / "prompts").mkdir()
     assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", "prompts", "--base-url", fake_openai.url]) == 2
@@ -106,6 +114,7 @@ def test_a_broken_prompt_creates_no_cache(workdir: Path, fake_openai: FakeOpenAI
     assert not (workdir / ".pytest_cache").exists()
 
 
+@pytest.mark.e2e
 def test_an_errored_row_scores_zero_and_fails_the_command(
     workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,6 +31,7 @@ def read(path: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.e2e
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
@@ -38,6 +39,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"egeo {__version__}"
 
 
+@pytest.mark.e2e
 def test_report_and_html_with_repeats(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert evaluate("--mock", "--limit", "3", "--repeats", "2", "--report", "r.json", "--html", "r.html") == 0
     out, err = capsys.readouterr()
@@ -52,6 +54,7 @@ def test_report_and_html_with_repeats(workdir: Path, capsys: pytest.CaptureFixtu
                                      "transcripts written to r.transcripts.jsonl.gz"]
 
 
+@pytest.mark.e2e
 def test_a_report_that_cannot_be_written_is_one_line_and_the_other_is_written(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -64,6 +67,7 @@ def test_a_report_that_cannot_be_written_is_one_line_and_the_other_is_written(
     assert (workdir / "r.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
+@pytest.mark.plugin
 def test_sample_picks_the_rows_the_plugin_picks(served_project: GeoProject, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = served_project.dataset(20)
@@ -77,6 +81,7 @@ def test_sample_picks_the_rows_the_plugin_picks(served_project: GeoProject, caps
     assert picked[0] == picked[1] and len(picked[0]) == 4
 
 
+@pytest.mark.e2e
 def test_max_retries_and_timeout(workdir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
     fake_openai.always = "500"
     assert evaluate("--base-url", fake_openai.url, "--limit", "1", "--max-retries", "1") == 1
@@ -90,6 +95,7 @@ def test_max_retries_and_timeout(workdir: Path, fake_openai: FakeOpenAI, capsys:
     assert "timed out after 0.2s" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_usage_and_cost_at_the_end_on_stderr(workdir: Path, fake_openai: FakeOpenAI,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert evaluate("--base-url", fake_openai.url, "--limit", "2") == 0
@@ -101,6 +107,7 @@ def test_usage_and_cost_at_the_end_on_stderr(workdir: Path, fake_openai: FakeOpe
     assert lines[start + 3].startswith("cost: $")
 
 
+@pytest.mark.e2e
 def test_progress_on_stderr_keeps_stdout_the_metrics(workdir: Path, fake_openai: FakeOpenAI,
                                                      capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,6 +123,7 @@ def test_progress_on_stderr_keeps_stdout_the_metrics(workdir: Path, fake_openai:
     assert "rows done" not in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_missing_key_names_egeo_flags(workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("OPENAI_API_KEY")

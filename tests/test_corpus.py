@@ -84,7 +84,7 @@ CASES = [
     Case("datasets", "bom.jsonl", ""),
     Case("datasets", "crlf.jsonl", ""),
     Case("datasets", "duplicate_query_ids.jsonl", "", ("dup@line1", "dup@line2", "dup@line3")),
-    # generated names never equal a query id (test_hostile.py checks each row keeps its data)
+    # generated names never equal a query id (test_xdist.py checks each row keeps its data)
     Case("datasets", "colliding_names.jsonl", "",
          ("q1@line1", "q1@line2", "q1@line2@line3", "line4", "line4@line5", "ok1", "ok3")),
     # prompt directories: the run stops at start (exit 4) naming the file and the placeholder
@@ -188,6 +188,7 @@ RUNNERS: dict[str, Callable[[pytest.Pytester, Case], None]] = {
 }
 
 
+@pytest.mark.unit
 def test_the_corpus_is_large_enough_and_every_file_has_a_case() -> None:
     assert len([c for c in CASES if c.message]) >= 25
     named = {(c.kind, c.name) for c in CASES}
@@ -195,12 +196,14 @@ def test_the_corpus_is_large_enough_and_every_file_has_a_case() -> None:
     assert on_disk == named
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.kind}/{c.name}")
 def test_corpus(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
     monkeypatch.delenv("GEO_EVAL_MOCK", raising=False)
     RUNNERS[case.kind](pytester, case)
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_stops_at_start_on_a_missing_placeholder(capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_geo.cli import main
 

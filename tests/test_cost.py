@@ -26,6 +26,7 @@ def expected_dollars(usage: dict[str, int], price: Price, cached: bool = False) 
             + usage[f"{prefix}completion_tokens"] * price.output_per_million) / 1e6
 
 
+@pytest.mark.plugin
 def test_cost_per_role_and_total_from_the_builtin_table(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(4)), "--geo-report", "r.json")
     result.assert_outcomes(passed=4)
@@ -42,6 +43,7 @@ def test_cost_per_role_and_total_from_the_builtin_table(served_project: GeoProje
     result.stdout.no_fnmatch_line("*saved*")  # no cache hits yet
 
 
+@pytest.mark.plugin
 def test_geo_prices_adds_and_overrides_entries(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_prices =\n    gpt-4o-mini = 1000, 2000\n    house-model = 1, 3\n")
     served_project.run(str(served_project.dataset(2)), "--geo-rewriter-model", "house-model",
@@ -53,6 +55,7 @@ def test_geo_prices_adds_and_overrides_entries(served_project: GeoProject) -> No
         expected_dollars(data["usage"]["rewriter"], Price(1, 3)))
 
 
+@pytest.mark.plugin
 def test_a_model_without_price_shows_tokens_only(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local",
                                 "--geo-report", "r.json")
@@ -67,6 +70,7 @@ def test_a_model_without_price_shows_tokens_only(served_project: GeoProject) -> 
     result.stdout.fnmatch_lines(["cost: unknown, no price for the model of ranker (add it to the ini option geo_prices)*"])
 
 
+@pytest.mark.plugin
 def test_cache_hits_cost_nothing_and_the_summary_shows_the_saving(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(3))
     served_project.run(dataset, "--geo-report", "first.json").assert_outcomes(passed=3)
@@ -82,6 +86,7 @@ def test_cache_hits_cost_nothing_and_the_summary_shows_the_saving(served_project
                                  f"cost: $0.00 at list prices*; cache hits saved {format_dollars(saved)}"])
 
 
+@pytest.mark.plugin
 def test_the_mock_shows_no_cost(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
     result.stdout.fnmatch_lines(["model usage:"])
@@ -89,6 +94,7 @@ def test_the_mock_shows_no_cost(geo_project: pytest.Pytester) -> None:
     result.stdout.no_fnmatch_line("*cost=*")
 
 
+@pytest.mark.plugin
 def test_a_bad_price_line_is_a_usage_error_naming_the_line(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_prices =\n    gpt-4o = 2.5, 10\n    gpt-x = cheap\n")
     result = served_project.run(str(served_project.dataset(1)))
@@ -97,16 +103,19 @@ def test_a_bad_price_line_is_a_usage_error_naming_the_line(served_project: GeoPr
                                  "'model = input_per_million, output_per_million'"])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("line", ["gpt = 1", "= 1, 2", "gpt = 1, 2, 3", "gpt = -1, 2", "gpt = nan, 2", "gpt 1, 2"])
 def test_price_lines_that_are_rejected(line: str) -> None:
     with pytest.raises(PriceError, match="line 1"):
         parse_price_lines([line])
 
 
+@pytest.mark.unit
 def test_price_lines_skip_blanks_and_comments() -> None:
     assert parse_price_lines(["", "# list prices", "m = 0.5, 1.5  # ours"]) == {"m": Price(0.5, 1.5)}
 
 
+@pytest.mark.unit
 def test_dollars_are_readable_at_every_size() -> None:
     assert format_dollars(0) == "$0.00"
     assert format_dollars(12_345_678) == "$0.01235"  # four significant digits below $10
@@ -114,6 +123,7 @@ def test_dollars_are_readable_at_every_size() -> None:
     assert format_dollars(12_345_000_000_000) == "$12,345.00"
 
 
+@pytest.mark.plugin
 def test_the_html_report_shows_cost_per_role_and_in_total(served_project: GeoProject) -> None:
     served_project.run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local", "--geo-report", "r.json",
                        "--geo-html", "r.html").assert_outcomes(passed=2)

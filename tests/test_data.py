@@ -22,6 +22,7 @@ from pytest_geo.data.dataset import (
 CANDS = [{"id": i, "title": i, "description": i} for i in ("a", "b", "c", "d", "e")]
 
 
+@pytest.mark.e2e
 def test_target_choice_is_the_same_in_every_process(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"query": f"query {i}", "candidates": CANDS}) + "\n" for i in range(20)))
@@ -39,6 +40,7 @@ def test_target_choice_is_the_same_in_every_process(tmp_path: Path) -> None:
     assert len(set(here)) > 1
 
 
+@pytest.mark.unit
 def test_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
     row = json.dumps({"query": "q", "candidates": CANDS[:2], "target_id": "a"})
     path = tmp_path / "d.jsonl"
@@ -48,6 +50,7 @@ def test_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
     assert [x.line for x in lines] == [1, 4]
 
 
+@pytest.mark.unit
 def test_duplicate_query_ids_get_distinct_names(tmp_path: Path) -> None:
     row = {"query": "q", "candidates": CANDS[:2], "target_id": "a"}
     path = tmp_path / "d.jsonl"
@@ -57,6 +60,7 @@ def test_duplicate_query_ids_get_distinct_names(tmp_path: Path) -> None:
     assert row_names(lines) == ["x@line1", "y", "x@line3", "line4"]
 
 
+@pytest.mark.unit
 def test_long_lines_give_short_messages(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"query": "q" * 100_000, "candidates": "nope"}) + "\n")
@@ -74,6 +78,7 @@ def _lines_with_ids(tmp_path: Path, ids: list[str | None]) -> list[GeoRow | RowP
     return read_dataset(path, seed=1)
 
 
+@pytest.mark.unit
 def test_generated_names_never_equal_a_query_id(tmp_path: Path) -> None:
     ids = ["q1", "q1", "q1@line2", None, "line4", "line5@line4", "ok"]
     names = row_names(_lines_with_ids(tmp_path, ids))
@@ -82,6 +87,7 @@ def test_generated_names_never_equal_a_query_id(tmp_path: Path) -> None:
     assert names[3] == "line4"  # the row without an id keeps its line name
 
 
+@pytest.mark.unit
 def test_names_are_distinct_for_any_query_ids(tmp_path: Path) -> None:
     """Every id a name could be built from, and every name the rule builds, as query ids."""
     ids: list[str | None] = []
@@ -92,11 +98,13 @@ def test_names_are_distinct_for_any_query_ids(tmp_path: Path) -> None:
     assert all(not any(ord(ch) < 32 for ch in name) for name in names)
 
 
+@pytest.mark.unit
 def test_control_characters_in_query_ids_are_escaped_in_names(tmp_path: Path) -> None:
     names = row_names(_lines_with_ids(tmp_path, ["\x1b[31mred", "a\nb", "plain"]))
     assert names == ["\\x1b[31mred@line1", "a\\x0ab@line2", "plain"]
 
 
+@pytest.mark.unit
 def test_atomic_write_keeps_a_files_mode_and_gives_a_new_one_the_umasks(tmp_path: Path) -> None:
     existing = tmp_path / "existing.json"
     existing.write_text("old", encoding="utf-8")
@@ -111,6 +119,7 @@ def test_atomic_write_keeps_a_files_mode_and_gives_a_new_one_the_umasks(tmp_path
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["deeper", "existing.json", "fresh.json"]
 
 
+@pytest.mark.unit
 def test_atomic_write_steps_over_a_temp_file_a_killed_process_of_the_same_pid_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

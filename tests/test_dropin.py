@@ -33,6 +33,7 @@ def header(result: pytest.RunResult) -> str:
     return next(line for line in result.stdout.lines if line.startswith("geo: "))
 
 
+@pytest.mark.plugin
 def test_a_fresh_project_uses_the_packaged_prompts(fresh: pytest.Pytester) -> None:
     assert not (fresh.path / "prompts").exists()
     result = fresh.runpytest("data.jsonl", "--geo-mock")
@@ -40,12 +41,14 @@ def test_a_fresh_project_uses_the_packaged_prompts(fresh: pytest.Pytester) -> No
     assert header(result) == f"geo: model mock, prompts {PACKAGED_PROMPTS} (packaged defaults), seed 7"
 
 
+@pytest.mark.unit
 def test_the_packaged_prompts_are_the_ones_the_tests_use() -> None:
     """One copy of the default prompt text: the repository has no top-level prompts/."""
     assert PROMPTS == PACKAGED_PROMPTS
     assert not (PROMPTS.parent.parent / "prompts").exists()
 
 
+@pytest.mark.plugin
 def test_prompts_lookup_order(fresh: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """--geo-prompts, ini geo_prompts, <rootdir>/prompts, <invocation dir>/prompts, packaged."""
     root = fresh.path
@@ -71,6 +74,7 @@ def test_prompts_lookup_order(fresh: pytest.Pytester, monkeypatch: pytest.Monkey
     assert used() == f"{PACKAGED_PROMPTS} (packaged defaults)"
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_outside_the_repository_uses_the_packaged_prompts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,6 +84,7 @@ def test_egeo_evaluate_outside_the_repository_uses_the_packaged_prompts(
     assert json.loads(capsys.readouterr().out)["n"] == 2
 
 
+@pytest.mark.e2e
 def test_python_dash_m_pytest_geo_runs_egeo(tmp_path: Path) -> None:
     env = {**os.environ, "GEO_EVAL_MOCK": "1"}
     env.pop("OPENAI_API_KEY", None)
@@ -90,6 +95,7 @@ def test_python_dash_m_pytest_geo_runs_egeo(tmp_path: Path) -> None:
     assert json.loads(out) == {"avg_rank_improvement": 2.0, "n": 3, "stderr_rank_improvement": 0.0, "win_rate": 1.0}
 
 
+@pytest.mark.e2e
 def test_optimize_refuses_to_write_into_the_packaged_prompts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +110,7 @@ def test_optimize_refuses_to_write_into_the_packaged_prompts(
 # --- egeo init ----------------------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_egeo_init_then_pytest_passes(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,6 +128,7 @@ def test_egeo_init_then_pytest_passes(
     assert header(result) == f"geo: model mock, prompts {project / 'prompts'}, seed 7"
 
 
+@pytest.mark.e2e
 def test_egeo_init_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["init", str(tmp_path)]) == 0
     mine = tmp_path / "prompts" / "rewriter_user.txt"
@@ -137,6 +145,7 @@ def test_egeo_init_never_overwrites(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "wrote" not in out
 
 
+@pytest.mark.e2e
 def test_egeo_init_leaves_a_pyproject_configuration_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-q"\n')
     assert cli.main(["init", str(tmp_path)]) == 0
@@ -147,6 +156,7 @@ def test_egeo_init_leaves_a_pyproject_configuration_alone(tmp_path: Path, capsys
 # --- --geo-dataset ----------------------------------------------------------------
 
 
+@pytest.mark.plugin
 def test_geo_dataset_alone_runs_only_the_dataset(fresh: pytest.Pytester) -> None:
     (fresh.path / "tests" / "conftest.py").write_text("raise RuntimeError('tests/conftest.py was loaded')\n")
     result = fresh.runpytest("--geo-dataset", "data.jsonl", "--geo-mock", "-v")
@@ -154,15 +164,18 @@ def test_geo_dataset_alone_runs_only_the_dataset(fresh: pytest.Pytester) -> None
     result.stdout.no_fnmatch_line("*test_app*")
 
 
+@pytest.mark.plugin
 def test_geo_dataset_with_positional_args_adds_to_them(fresh: pytest.Pytester) -> None:
     fresh.runpytest("tests", "--geo-dataset", "data.jsonl", "--geo-mock").assert_outcomes(passed=9)
 
 
+@pytest.mark.plugin
 def test_ini_datasets_add_to_an_ordinary_run(fresh: pytest.Pytester) -> None:
     fresh.makeini("[pytest]\ntestpaths = tests\ngeo_datasets = data.jsonl\n")
     fresh.runpytest("--geo-mock").assert_outcomes(passed=9)
 
 
+@pytest.mark.xdist
 def test_geo_dataset_alone_under_xdist(fresh: pytest.Pytester) -> None:
     result = fresh.runpytest_subprocess("--geo-dataset", "data.jsonl", "--geo-mock", "-n", "2")
     result.assert_outcomes(passed=8)
@@ -188,6 +201,7 @@ def outside(fresh: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[Pa
     return project, first, second
 
 
+@pytest.mark.plugin
 def test_geo_dataset_outside_keeps_the_projects_rootdir(
     fresh: pytest.Pytester, outside: tuple[Path, Path, Path]
 ) -> None:
@@ -202,6 +216,7 @@ def test_geo_dataset_outside_keeps_the_projects_rootdir(
     result.stdout.fnmatch_lines([f"{first}: n=3 *", f"{second}: n=2 *", "all GEO rows: n=5 *"])
 
 
+@pytest.mark.plugin
 def test_positional_dataset_outside_the_rootdir_is_named_by_its_path(
     fresh: pytest.Pytester, outside: tuple[Path, Path, Path]
 ) -> None:
@@ -212,6 +227,7 @@ def test_positional_dataset_outside_the_rootdir_is_named_by_its_path(
     result.stdout.no_fnmatch_line(": n=*")
 
 
+@pytest.mark.plugin
 def test_geo_dataset_outside_uses_the_projects_cache(
     pytester: pytest.Pytester, served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -227,3 +243,25 @@ def test_geo_dataset_outside_uses_the_projects_cache(
     served_project.server.reset()
     served_project.run("--geo-dataset", str(data)).assert_outcomes(passed=2)
     assert served_project.server.requests == []
+
+
+# --- egeo init and symlinks ----------------------------------------------------------------
+
+
+@pytest.mark.plugin
+def test_egeo_init_never_writes_through_a_symlink(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    (project / "pytest.ini").symlink_to(outside / "pytest.ini")  # dangling
+    (project / "prompts").symlink_to(outside / "prompts")  # dangling
+    (project / "eval").symlink_to(outside)  # a real directory elsewhere
+    assert cli.main(["init", str(project)]) == 0
+    assert list(outside.iterdir()) == []
+    out = capsys.readouterr().out
+    link = "(a symbolic link: egeo init never writes through one)"
+    assert out.splitlines()[:3] == [f"skipped {project / 'prompts'} {link}", f"skipped {project / 'eval'} {link}",
+                                    f"skipped {project / 'pytest.ini'} {link}"]
+    assert "add these lines to your pytest configuration:\n[pytest]\ntestpaths = eval\npythonpath = .\ngeo_prompts = prompts\n" in out
+    assert "Traceback" not in out
+    assert [p.name for p in project.iterdir() if not p.is_symlink()] == []

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.plugin
+
 FLAKY_CONFTEST = '''
 from pytest_geo.llm.mock import MockClient
 

@@ -36,6 +36,7 @@ LAPTOP = "Aero One 13\n13-inch ultrabook, 980g, 16GB RAM, 512GB SSD, $1,299.00, 
 HEADPHONES = "Sony WH-1000XM5\nNoise-cancelling headphones, 30 hours of battery, 1,5 kg case, 30 x 20 x 10 cm box."
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("original", "rewrite", "expected"), [
     (LAPTOP, "Aero One 13 with 16GB RAM, 2 kg, 1TB SSD.", ["2 kg", "1TB"]),  # invented specs
     (LAPTOP, "Now only $999!", ["$999"]),  # invented price
@@ -51,6 +52,7 @@ def test_invented_facts_are_reported_as_written(original: str, rewrite: str, exp
     assert new_facts(original, rewrite) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("original", "rewrite"), [
     # reorder and reformat: spacing, case, separators, currency forms, units of one kind
     (LAPTOP, "512 GB SSD and 16 gb RAM in a 13 inch ultrabook weighing 980 g (0.98 kg), for $1299."),
@@ -66,14 +68,17 @@ def test_faithful_rewrites_raise_no_false_alarm(original: str, rewrite: str) -> 
     assert new_facts(original, rewrite) == []
 
 
+@pytest.mark.unit
 def test_a_rewrite_may_drop_facts() -> None:
     assert new_facts(LAPTOP, "A light ultrabook.") == []
 
 
+@pytest.mark.unit
 def test_each_new_fact_is_reported_once() -> None:
     assert new_facts("a kettle", "2 kg, 2kg, 2 KG and $5 or $5.00") == ["2 kg", "$5"]
 
 
+@pytest.mark.unit
 def test_extraction_normalises_values_and_units() -> None:
     facts = {(f.kind, f.value, f.unit) for f in extract_facts("1,000 mAh, 1,5 KG, $1,299.50, 45 per cent, X-100")}
     assert facts == {
@@ -82,6 +87,7 @@ def test_extraction_normalises_values_and_units() -> None:
     }
 
 
+@pytest.mark.unit
 def test_a_comma_list_is_not_a_decimal() -> None:
     assert new_facts("sizes 1,2", "sizes 1, 2 and 3") == ["3"]
 
@@ -133,6 +139,7 @@ def rewriter_project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.plugin
 def test_violations_go_to_feedback_report_and_summary(rewriter_project: pytest.Pytester) -> None:
     result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json")
     result.assert_outcomes(passed=4)
@@ -148,6 +155,7 @@ def test_violations_go_to_feedback_report_and_summary(rewriter_project: pytest.P
     assert report["geo"]["fact_violation_rate"] == 0.75
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("how", [["--geo-strict-facts"], ["-o", "geo_strict_facts=true"]])
 def test_strict_facts_scores_zero_and_fails_the_item(rewriter_project: pytest.Pytester, how: list[str]) -> None:
     result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json", *how)
@@ -162,6 +170,7 @@ def test_strict_facts_scores_zero_and_fails_the_item(rewriter_project: pytest.Py
     assert report["rows"][1]["fact_violations"] == ["0.9 kg", "32GB"]
 
 
+@pytest.mark.plugin
 def test_mock_smoke_rewrites_add_no_facts(pytester: pytest.Pytester) -> None:
     copy_prompts(pytester.path / "prompts")
     shutil.copy(REPO / "eval" / "datasets" / "geo_smoke.jsonl", pytester.path / "smoke.jsonl")
@@ -170,6 +179,7 @@ def test_mock_smoke_rewrites_add_no_facts(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["new facts: fact_violation_rate=0.0000 (0 of 8 rewrites*"])
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("repeats", ["1", "2", "3"])
 def test_repeats_keep_the_fact_check(rewriter_project: pytest.Pytester, repeats: str) -> None:
     result = rewriter_project.runpytest("rows.jsonl", "--geo-mock", "--geo-report", "report.json",
@@ -190,6 +200,7 @@ ADVERSARIAL_UNITS = ["a-", "1-", "1.", "a.", "1,", "1,111", "1", "a", "1 x ", "a
                      "WH-1000XM5 ", "two ", "CE ", "1st ", "30 per cent "]
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(units=st.lists(st.sampled_from(ADVERSARIAL_UNITS), min_size=1, max_size=3),
        repeat=st.integers(min_value=1, max_value=20_000), noise=st.text(max_size=40))
@@ -229,12 +240,14 @@ PIECES = [*"a1 -.,x$€£¥kgCE2TWOtwo ISO%\n\t_\"°", " per cent", "RoHS", "TÜ
           "1" * 30, "1-" * 300, "1." * 300, "1," * 300, "1,000," * 100, " 1" * 300, "1.1 " * 200]  # hand-overs
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None)
 @given(text=st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
 def test_the_window_scan_finds_what_the_plain_pattern_finds_in_the_whole_text(text: str) -> None:
     assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == plain_facts(text)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", [
     # a quantity whose first letter is its unit, three long numbers in: the hand-over back
     # to PATTERN must come more than a match's length before the letter
@@ -271,6 +284,7 @@ FACT_PIECES = ["a", "1", " ", "-", ".", ",", "x", "$", "kg", "KG", " kg", "lb", 
                "45 per cent", "1st", "\n", "sİx", "ſ"]
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(original=st.lists(st.sampled_from(FACT_PIECES), max_size=12).map("".join),
        rewrite=st.lists(st.sampled_from(FACT_PIECES), max_size=12).map("".join))
@@ -279,6 +293,7 @@ def test_the_checker_reports_what_the_plain_check_reports(original: str, rewrite
     assert new_facts(original, rewrite) == plain_new_facts(original, rewrite)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("original", "rewrite"), [
     ("KG30 kettle", "KG..3"),  # a model number of one part (`KG`, the body stops at `..`)
     ("sİx1.5lb45", "sİx1.5"),  # a model number with a letter `re` folds beyond ASCII
@@ -287,10 +302,12 @@ def test_a_shorter_model_number_is_found_among_the_stated_ones_part_by_part(orig
     assert new_facts(original, rewrite) == []
 
 
+@pytest.mark.unit
 def test_a_letter_that_folds_to_a_number_word_is_no_number() -> None:
     assert new_facts("a", "1 sİx") == ["1"]  # raised KeyError: 'si̇x' is not a number word
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("rewrite", "expected"), [
     # ASCII in any case: found through the lowered text's substring look
     ("CeRtIfIeD, Best Seller, TWELVE, ce, CE", ["TWELVE", "CE", "CeRtIfIeD", "Best Seller"]),

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from conftest import GeoProject
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, GeoProject
 
 
 def closed_port() -> int:
@@ -25,7 +25,7 @@ def model_server_failure(result: pytest.RunResult) -> list[str]:
     return [lines[start + 1]]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_closed_port_stops_the_run_with_one_message(served_project: GeoProject, workers: str) -> None:
     pytest.importorskip("xdist")
     dataset = str(served_project.dataset(60))
@@ -43,6 +43,7 @@ def test_closed_port_stops_the_run_with_one_message(served_project: GeoProject, 
     assert report["gates"][0]["nodeid"] == "pytest-geo::model_server"
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("fault", "cause"), [("401", "the key was refused"), ("404", "model or endpoint not found")])
 def test_refused_key_or_unknown_model_stops_at_once(served_project: GeoProject, fault: str, cause: str) -> None:
     served_project.server.always = fault
@@ -55,6 +56,7 @@ def test_refused_key_or_unknown_model_stops_at_once(served_project: GeoProject, 
     assert "sk-test-dummy" not in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_circuit_breaker_after_consecutive_failures(served_project: GeoProject) -> None:
     server = served_project.server
     dataset = str(served_project.dataset(50))
@@ -73,6 +75,7 @@ def test_circuit_breaker_after_consecutive_failures(served_project: GeoProject) 
     assert report["not_run"] == outcomes["skipped"] and report["complete"] is False
 
 
+@pytest.mark.plugin
 def test_calls_never_sent_are_not_counted_as_calls_nor_errors(served_project: GeoProject) -> None:
     """Usage counts what reached the server: the calls stopped by the breaker were never sent."""
     served_project.server.always = "401"

@@ -15,6 +15,7 @@ from pytest_geo import cli
 # --- Kedi: the dataset-free metric, numbers, suite(prompt(...)) ------------------------------
 
 
+@pytest.mark.plugin
 def test_a_dataset_free_metric_runs_once_and_is_the_suites_score(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_legacy='''
 import pytest_geo
@@ -33,6 +34,7 @@ def overall():
     assert result.stdout.lines[-3:-1] == ["Evals:", "- legacy::overall: 0.7500 | ran 1 time(s)"]
 
 
+@pytest.mark.e2e
 def test_a_dataset_free_metric_cannot_drive_optimisation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "evals.py").write_text('''
@@ -48,6 +50,7 @@ headline_eval.metric(lambda: 1.0, name="overall")
                                        "optimizing needs rows (give the metric a dataset parameter)\n")
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("value, shown", [
     ('decimal.Decimal("0.75")', "0.7500"),
     ("fractions.Fraction(1, 4)", "0.2500"),
@@ -74,6 +77,7 @@ def score(rows, expected):
     assert result.stdout.lines[-2] == f"- numbers::score: {shown}"
 
 
+@pytest.mark.plugin
 def test_a_string_is_not_a_number_even_one_that_reads_like_one(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_numbers='''
 import pytest_geo
@@ -90,6 +94,7 @@ def score(rows, expected):
                                  "a number or (score, feedback)"])
 
 
+@pytest.mark.plugin
 def test_a_suite_of_a_prompt_procedure_is_named_after_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_prompted='''
 import pytest_geo
@@ -112,6 +117,7 @@ def test_the_name():
 # --- YAML suites and the project's modules ------------------------------------------------
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("builtin", ["exact_match", "contains"])
 def test_an_output_metric_without_a_procedure_is_a_collection_error_naming_the_key(
         pytester: pytest.Pytester, builtin: str) -> None:
@@ -128,6 +134,7 @@ def test_an_output_metric_without_a_procedure_is_a_collection_error_naming_the_k
     assert "Evals:" not in result.stdout.str()
 
 
+@pytest.mark.e2e
 def test_egeo_init_makes_the_projects_procedures_importable(
         pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     project = pytester.path / "shop"
@@ -148,6 +155,7 @@ def test_egeo_init_makes_the_projects_procedures_importable(
     assert result.stdout.lines[-2] == "- answer::exact_match: 0.5000"
 
 
+@pytest.mark.e2e
 def test_egeo_init_suggests_pythonpath_for_an_existing_configuration(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-q"\n')
@@ -158,6 +166,7 @@ def test_egeo_init_suggests_pythonpath_for_an_existing_configuration(
 # --- --help ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_egeo_help_names_the_default_model_and_where_the_key_comes_from(
         capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -173,6 +182,7 @@ def test_egeo_help_names_the_default_model_and_where_the_key_comes_from(
     assert "its key comes from OPENAI_API_KEY" in text
 
 
+@pytest.mark.plugin
 def test_the_plugins_help_group_names_the_default_model_and_the_key(pytester: pytest.Pytester) -> None:
     text = " ".join(pytester.runpytest("--help").stdout.str().split())
     assert ("LLM prompt evaluation (pytest-geo; models default to gpt-4o-mini (change with --geo-*-model or "
@@ -197,6 +207,7 @@ def header_lines(result: pytest.RunResult) -> list[str]:
     return [line for line in result.stdout.lines if line.startswith("geo: model")]
 
 
+@pytest.mark.plugin
 def test_a_suites_only_run_shows_the_header_with_the_servers_host(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
@@ -210,6 +221,7 @@ def test_a_suites_only_run_shows_the_header_with_the_servers_host(
     assert "secret" not in result.stdout.str() and "8443" not in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_the_header_names_the_openai_api_without_a_base_url(pytester: pytest.Pytester,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
@@ -221,6 +233,7 @@ def test_the_header_names_the_openai_api_without_a_base_url(pytester: pytest.Pyt
                                     f"prompts {pytester.path / 'prompts'}, seed 7"]  # once
 
 
+@pytest.mark.plugin
 def test_a_run_without_pytest_geo_items_has_no_header(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
@@ -231,6 +244,7 @@ def test_a_run_without_pytest_geo_items_has_no_header(pytester: pytest.Pytester)
 # --- no empty summary after an error that stops the run ----------------------------------------
 
 
+@pytest.mark.plugin
 def test_a_usage_error_at_start_leaves_no_evaluation_summary(pytester: pytest.Pytester,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

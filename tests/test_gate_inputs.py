@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from conftest import ONE_PROCESS_AND_TWO_WORKERS
+
 SUITE = '''
 import pytest_geo
 s_eval = pytest_geo.suite("sentiment", data={"rows": [(i, 0) for i in range(4)]}, threshold=THRESHOLD)
@@ -22,8 +24,11 @@ def suite(threshold: str = "None", value: str = "1.0") -> str:
     return SUITE.replace("THRESHOLD", threshold).replace("VALUE", value)
 
 
-@pytest.mark.parametrize(("workers", "name"), [("0", "sentimnt"), ("0", "geo_smoke"), ("0", "smoke.jsonl"),
-                                               ("0", "./data/smoke.json"), ("2", "sentimnt"), ("2", "geo_smoke")])
+@pytest.mark.parametrize(("workers", "name"), [
+    *(pytest.param("0", name, marks=pytest.mark.plugin)
+      for name in ("sentimnt", "geo_smoke", "smoke.jsonl", "./data/smoke.json")),
+    pytest.param("2", "geo_smoke", marks=pytest.mark.xdist),
+])
 def test_unknown_min_score_name_is_a_usage_error(geo_project: pytest.Pytester, workers: str, name: str) -> None:
     pytest.importorskip("xdist")
     geo_project.makepyfile(test_s=suite())
@@ -34,7 +39,7 @@ def test_unknown_min_score_name_is_a_usage_error(geo_project: pytest.Pytester, w
         f"ERROR: --geo-min-score: no selected suite named {name!r} (suites: data/smoke.jsonl, sentiment)"])
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_dataset_suite_named_by_its_path_as_given(geo_project: pytest.Pytester, workers: str) -> None:
     pytest.importorskip("xdist")
     sub = geo_project.mkdir("sub")
@@ -50,6 +55,7 @@ def test_dataset_suite_named_by_its_path_as_given(geo_project: pytest.Pytester, 
         result.stdout.fnmatch_lines(["FAILED *data/smoke.jsonl::threshold - score 2.0000 < 3.0000*"])
 
 
+@pytest.mark.plugin
 def test_min_score_for_a_suite_with_no_rows_selected(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_s=suite())
     result = geo_project.runpytest("test_s.py", "--geo-min-score", "data/smoke.jsonl=1")
@@ -57,6 +63,7 @@ def test_min_score_for_a_suite_with_no_rows_selected(geo_project: pytest.Pyteste
     result.stderr.fnmatch_lines(["*no selected suite named 'data/smoke.jsonl' (suites: sentiment)"])
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
 def test_non_finite_min_score_is_a_usage_error(geo_project: pytest.Pytester, value: str) -> None:
     result = geo_project.runpytest("--geo-min-score", f"s={value}")
@@ -64,6 +71,7 @@ def test_non_finite_min_score_is_a_usage_error(geo_project: pytest.Pytester, val
     result.stderr.fnmatch_lines([f"*--geo-min-score*'s={value}': '{value}' is not a finite number*"])
 
 
+@pytest.mark.plugin
 def test_non_finite_threshold_is_a_collection_error_naming_the_file(pytester: pytest.Pytester) -> None:
     pytester.makefile(".geo.yaml", bad=textwrap.dedent("""
         suite: square
@@ -81,6 +89,7 @@ def test_non_finite_threshold_is_a_collection_error_naming_the_file(pytester: py
     ], consecutive=False)
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("value", ["float('nan')", "float('inf')", "(float('nan'), 'feedback')"])
 def test_metric_returning_nan_scores_zero_with_an_error(pytester: pytest.Pytester, value: str) -> None:
     pytester.makepyfile(test_s=suite(threshold="0.5", value=value))

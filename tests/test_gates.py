@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ONE_PROCESS_AND_TWO_WORKERS
+
 pytest.importorskip("xdist")
 
 SUITE = '''
@@ -47,7 +49,7 @@ def final_line(result: pytest.RunResult) -> str:
     return result.stdout.lines[-1]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_threshold_gate_is_a_failed_test(geo_project: pytest.Pytester, workers: str) -> None:
     geo_project.makepyfile(test_answer=SUITE)
     result = geo_project.runpytest("-n", workers, "test_answer.py", "--junitxml", "j.xml", "-p", "no:cacheprovider")
@@ -62,22 +64,22 @@ def test_threshold_gate_is_a_failed_test(geo_project: pytest.Pytester, workers: 
     assert (suite.get("tests"), suite.get("failures")) == ("9", "1")
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_met_threshold_adds_no_test(geo_project: pytest.Pytester, workers: str) -> None:
+@pytest.mark.plugin
+def test_met_threshold_adds_no_test(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_answer=SUITE.replace("threshold=0.9", "threshold=0.5"))
-    result = geo_project.runpytest("-n", workers, "test_answer.py", "--junitxml", "j.xml", "-p", "no:cacheprovider")
+    result = geo_project.runpytest("test_answer.py", "--junitxml", "j.xml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=8)
     assert failures_in_junit(geo_project.path / "j.xml") == {}
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_regression_gate_is_a_failed_test(geo_project: pytest.Pytester, workers: str) -> None:
+@pytest.mark.plugin
+def test_regression_gate_is_a_failed_test(geo_project: pytest.Pytester) -> None:
     geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "base.json")
     base = json.loads((geo_project.path / "base.json").read_text())
     base["rows"] = [{**r, "score": r["score"] + 0.5} for r in base["rows"]]
     (geo_project.path / "base.json").write_text(json.dumps(base))
-    result = geo_project.runpytest("-n", workers, "data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
+    result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-baseline", "base.json",
                                    "--geo-fail-on-regression", "--junitxml", "j.xml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "1 failed, 8 passed" in final_line(result)
@@ -86,13 +88,13 @@ def test_regression_gate_is_a_failed_test(geo_project: pytest.Pytester, workers:
     assert name == "data.smoke.jsonl::regression" and message.startswith("dropped against the baseline: mean_diff=-0.5")
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_error_rate_gate(geo_project: pytest.Pytester, workers: str) -> None:
+@pytest.mark.plugin
+def test_error_rate_gate(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(FLAKY_CONFTEST)
     (geo_project.path / "failing.txt").write_text("travel,running")  # 2 of the 8 smoke rows error
 
     def run(*args: str) -> pytest.RunResult:
-        return geo_project.runpytest("-n", workers, "data/smoke.jsonl", "--junitxml", "j.xml",
+        return geo_project.runpytest("data/smoke.jsonl", "--junitxml", "j.xml",
                                      "-p", "no:cacheprovider", "--geo-report", "r.json", *args)
 
     # Without the flag every errored row fails its own item and no gate is added.
@@ -114,6 +116,7 @@ def test_error_rate_gate(geo_project: pytest.Pytester, workers: str) -> None:
     run().assert_outcomes(passed=6, xfailed=2, failed=1)
 
 
+@pytest.mark.plugin
 def test_max_error_rate_must_be_a_share(geo_project: pytest.Pytester) -> None:
     for value in ("1.5", "nan", "-0.1"):
         result = geo_project.runpytest("--geo-max-error-rate", value)
@@ -123,6 +126,7 @@ def test_max_error_rate_must_be_a_share(geo_project: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*ini option geo_max_error_rate: 'lots' is not a number*"])
 
 
+@pytest.mark.plugin
 def test_interrupted_run_checks_no_gate(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_answer=SUITE.replace("return q % 4 == expected", "assert q != 3\n    return 1"))
     result = geo_project.runpytest("test_answer.py", "-x", "-p", "no:cacheprovider")
@@ -142,7 +146,7 @@ def pytest_sessionstart(session):
 '''
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_report_that_could_not_be_written_is_a_failed_test_in_junit(geo_project: pytest.Pytester,
                                                                        workers: str) -> None:
     geo_project.makeconftest(REPORT_DIRECTORY_GOES)

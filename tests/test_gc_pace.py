@@ -21,6 +21,7 @@ def default_threshold() -> Iterator[None]:
     gc.set_threshold(*saved)
 
 
+@pytest.mark.unit
 def test_raised_while_a_runner_is_open_and_put_back_when_the_last_closes() -> None:
     first, second = Runner(2), Runner(2)
     assert gc.get_threshold() == (10_000, 10, 10)
@@ -32,6 +33,7 @@ def test_raised_while_a_runner_is_open_and_put_back_when_the_last_closes() -> No
     assert gc.get_threshold() == (700, 10, 10)
 
 
+@pytest.mark.unit
 def test_a_threshold_changed_meanwhile_is_left_as_it_was_set() -> None:
     runner = Runner(2)
     gc.set_threshold(2_000, 5, 5)
@@ -39,6 +41,7 @@ def test_a_threshold_changed_meanwhile_is_left_as_it_was_set() -> None:
     assert gc.get_threshold() == (2_000, 5, 5)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("threshold", [(50_000, 10, 10), (0, 10, 10)])
 def test_a_slower_pace_or_a_collector_switched_off_is_not_touched(threshold: tuple[int, int, int]) -> None:
     gc.set_threshold(*threshold)
@@ -58,6 +61,7 @@ def test_sees_the_pace():
 }
 
 
+@pytest.mark.plugin
 def test_a_pytest_run_with_rows_raises_it_for_the_run_and_restores_it(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(**ROWS_AND_A_TEST)
     result = geo_project.runpytest("data/smoke.jsonl", "test_pace.py", "--geo-mock", "-p", "no:xdist")
@@ -66,6 +70,7 @@ def test_a_pytest_run_with_rows_raises_it_for_the_run_and_restores_it(geo_projec
     assert gc.get_threshold() == (700, 10, 10)
 
 
+@pytest.mark.plugin
 def test_a_pytest_run_without_rows_leaves_it_alone(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(**ROWS_AND_A_TEST)
     geo_project.runpytest("test_pace.py", "--geo-mock", "-p", "no:xdist").assert_outcomes(passed=1)

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.plugin
+
 ROW = {
     "query": "red running shoes",
     "candidates": [

@@ -73,6 +73,7 @@ def mixed_dataset(path: Path, n: int = 12) -> Path:
 # --- targets ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", [7, 1234])
 def test_target_choice_is_the_harness_rule(tmp_path: Path, seed: int) -> None:
     path = mixed_dataset(tmp_path / "d.jsonl")
@@ -81,6 +82,7 @@ def test_target_choice_is_the_harness_rule(tmp_path: Path, seed: int) -> None:
     assert len(rows) == 12
 
 
+@pytest.mark.xdist
 def test_selection_and_xdist_do_not_change_targets(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     pytester.makeini("[pytest]\n")
@@ -97,6 +99,7 @@ def test_selection_and_xdist_do_not_change_targets(pytester: pytest.Pytester, mo
     assert targets("--deselect", "d.jsonl::r0", "-n", "2") == {k: v for k, v in expected.items() if k != "r0"}
 
 
+@pytest.mark.e2e
 def test_egeo_default_seed_is_the_harness_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,6 +113,7 @@ def test_egeo_default_seed_is_the_harness_default(
 # --- rendering ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_candidates_render_in_the_harness_block_format() -> None:
     candidates = (Candidate("p1", "Aero One", "13-inch ultrabook.\nWeighs 980g."), Candidate("p2", "WorkPro", "15-inch."))
     values = candidate_values("q", None, candidates)
@@ -122,6 +126,7 @@ def test_candidates_render_in_the_harness_block_format() -> None:
     assert [c["id"] for c in json.loads(values["candidates_json"])] == ["p1", "p2"]
 
 
+@pytest.mark.e2e
 def test_verbose_lines_are_the_harness_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     row = json.loads(SMOKE.read_text().splitlines()[0])
     del row["query_id"]
@@ -136,6 +141,7 @@ def test_verbose_lines_are_the_harness_format(tmp_path: Path, capsys: pytest.Cap
 # --- a prompts directory in the harness's layout ------------------------------------
 
 
+@pytest.mark.plugin
 def test_harness_prompts_work_for_evaluate_over_http(
     served_project: GeoProject, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,6 +158,7 @@ def test_harness_prompts_work_for_evaluate_over_http(
     assert {r["body"]["temperature"] for r in served_project.server.requests} == {0.4}
 
 
+@pytest.mark.plugin
 def test_harness_prompts_work_in_the_plugin(served_project: GeoProject) -> None:
     harness_prompts(served_project.pytester.path / "prompts")
     served_project.dataset(3)
@@ -160,6 +167,7 @@ def test_harness_prompts_work_in_the_plugin(served_project: GeoProject) -> None:
     result.stdout.fnmatch_lines(["rows.jsonl: n=3 avg_rank_improvement=2.0000 *"])
 
 
+@pytest.mark.e2e
 def test_meta_prompts_are_checked_only_by_optimize_prompts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -173,6 +181,7 @@ def test_meta_prompts_are_checked_only_by_optimize_prompts(
         capsys.readouterr().err)
 
 
+@pytest.mark.e2e
 def test_harness_meta_prompt_gets_batch_summary_and_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prompts = harness_prompts(tmp_path / "prompts")
     client = Recording()
@@ -198,6 +207,7 @@ def test_harness_meta_prompt_gets_batch_summary_and_history(tmp_path: Path, monk
     assert history[-1]["prompt_len"] == len(current)
 
 
+@pytest.mark.e2e
 def test_optimizer_model_is_an_alias_of_meta_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prompts = harness_prompts(tmp_path / "prompts")
     client = Recording()

@@ -12,14 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from conftest import SMOKE, copy_prompts
 from pytest_geo import cli
 from pytest_geo.data.dataset import GeoRow, RowProblem, read_dataset
 from pytest_geo.llm.base import ChatRequest
-from pytest_geo.llm.mock import MockClient, answer_json, ranker_order, rewrite, word_count
+from pytest_geo.llm.mock import MockClient, ranker_order, rewrite, word_count
 
 LAYOUT = Path(__file__).parent / "harness_layout"
 OPENING = "Best for buyers who want a clear, reliable choice."
@@ -48,29 +46,34 @@ def order(*descriptions: str) -> list[str]:
     return ranker_order({"candidates": [{"id": "abcdefgh"[k], "description": d} for k, d in enumerate(descriptions)]})
 
 
+@pytest.mark.unit
 def test_the_mock_ranks_best_for_then_length_then_the_greater_id() -> None:
     assert order("a long description without it", "best FOR me", "x") == ["b", "a", "c"]  # any case
     assert order("same", "same", "the longest of the three") == ["c", "b", "a"]  # a tie: the greater id first
     assert order("twelve chars", "fifteen chars!!") == ["b", "a"]  # plainly longer first
 
 
+@pytest.mark.unit
 def test_the_mock_reads_the_last_description_with_the_prompts_closing_line() -> None:
     # 21 characters against 15 + "\n\nReturn ONLY JSON." (19): the last one is the longer
     assert order("abcdefghij klmnopqrst", "abcdefghijklmno") == ["b", "a"]
     assert order("abcdefghijklmno", "abcdefghij klmnopqrst", "z" * 50) == ["c", "b", "a"]
 
 
+@pytest.mark.unit
 def test_the_mock_counts_the_indent_of_a_descriptions_later_lines() -> None:
     # "line one\n  line two" is 19 characters as the harness's ranker prompt shows it
     assert order("123456789012345678", "line one\nline two", "z" * 30) == ["c", "b", "a"]
 
 
+@pytest.mark.unit
 def test_a_title_line_inside_a_description_stops_what_the_mock_reads() -> None:
     # a: nothing read (0); b: 15; c: "z" and the closing line (20)
     assert order("title: x\n" + "y" * 40, "short text here", "z") == ["c", "b", "a"]
     assert order("title: x\ndescription: again\n" + "y" * 40, "short text here", "z") == ["a", "c", "b"]
 
 
+@pytest.mark.unit
 def test_one_line_descriptions_are_read_as_the_harness_reads_them() -> None:
     # one line each (the mock reads these without splitting): a title line reads as nothing,
     # a description line as nothing but, on the last candidate, the closing line (17)
@@ -82,6 +85,7 @@ def test_one_line_descriptions_are_read_as_the_harness_reads_them() -> None:
     assert order("  best for you  ", "z" * 40) == ["a", "b"]
 
 
+@pytest.mark.unit
 def test_the_mock_rewrite_wraps_the_original() -> None:
     assert rewrite({"description": "  Steel, 1.7 litres.  "}) == f"{OPENING} Steel, 1.7 litres. {CLOSING}"
     assert rewrite({"description": ""}) == f"{OPENING} Product details. {CLOSING}"
@@ -89,15 +93,16 @@ def test_the_mock_rewrite_wraps_the_original() -> None:
         f"{OPENING} a\nb {CLOSING}")
 
 
+@pytest.mark.unit
 def test_the_mock_writes_its_answers_as_json_dumps_does() -> None:
-    ranking = {"ordered_ids": ['q"1', "caf\u00e9", "tab\tnew\nline", "\\", ""]}
-    assert answer_json(ranking) == '{"ordered_ids": ["q\\"1", "caf\u00e9", "tab\\tnew\\nline", "\\\\", ""]}'
-    assert answer_json(ranking) == json.dumps(ranking, ensure_ascii=False)
-    assert answer_json({"ordered_ids": []}) == '{"ordered_ids": []}'
-    assert answer_json({"new_prompt": "x\u2028", "rationale": "mock: y"}) == (
-        '{"new_prompt": "x\u2028", "rationale": "mock: y"}')
+    """Non-ASCII as it is, quotes, tabs, line breaks and backslashes escaped."""
+    ids = ['q"1', "caf\u00e9", "tab\tnew\nline", "\\", ""]
+    request = ChatRequest("ranker", "m", (), context={"candidates": [{"id": i, "description": "d"} for i in ids]})
+    answer = asyncio.run(MockClient().complete(request)).text
+    assert answer == '{"ordered_ids": ["", "tab\\tnew\\nline", "q\\"1", "caf\u00e9", "\\\\"]}'
 
 
+@pytest.mark.unit
 def test_the_mock_counts_each_system_prompts_own_words() -> None:
     """A system prompt's count is kept (a run sends the same few): each keeps its own."""
     async def prompt_tokens(system: str) -> int:
@@ -107,6 +112,7 @@ def test_the_mock_counts_each_system_prompts_own_words() -> None:
     assert [asyncio.run(prompt_tokens(system)) for system in ("a b", "a b c", "a b", "", "a\tb c d")] == [4, 5, 4, 2, 6]
 
 
+@pytest.mark.unit
 def test_the_mock_counts_words_split_by_any_whitespace() -> None:
     assert word_count("") == 0
     assert word_count("  \t\n ") == 0
@@ -115,21 +121,10 @@ def test_the_mock_counts_words_split_by_any_whitespace() -> None:
     assert word_count("caf\u00e9 \u2003x\u00a0y") == 3  # non-ASCII: an em space and a no-break space split too
 
 
-# Every ASCII whitespace, a few Unicode ones, and word characters of both kinds.
-WORD_PIECES = [" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\u2003", "\u00a0",
-               "a", "Best", "for", "{\"id\":", "x1,", "-", "\u00e9", "\x00", "\x7f"]
-
-
-@settings(max_examples=500)
-@given(text=st.lists(st.sampled_from(WORD_PIECES), max_size=40).map("".join) | st.text(max_size=60))
-def test_the_mock_counts_as_many_words_as_splitting_gives(text: str) -> None:
-    """Token numbers in reports must not change: the count is what splitting gave."""
-    assert word_count(text) == len(text.split())
-
-
 # --- the harness's output, row for row ------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["ranking", "absent_targets"])
 def test_egeo_evaluate_prints_what_the_harness_prints(here: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch, name: str) -> None:
@@ -138,6 +133,7 @@ def test_egeo_evaluate_prints_what_the_harness_prints(here: Path, capsys: pytest
     assert capsys.readouterr().out.splitlines() == expected_lines(name)
 
 
+@pytest.mark.e2e
 def test_a_rejected_line_leaves_every_other_row_the_harness_target(
         here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["evaluate", "--dataset", "rejected_line.jsonl", "--verbose", "--mock"]) == 1
@@ -148,6 +144,7 @@ def test_a_rejected_line_leaves_every_other_row_the_harness_target(
     assert "rejected_line.jsonl:5: fewer than 2 candidates (got 1)" in err.splitlines()
 
 
+@pytest.mark.plugin
 def test_the_plugin_agrees_with_egeo(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     copy_prompts(pytester.path / "prompts")
@@ -161,6 +158,7 @@ def test_the_plugin_agrees_with_egeo(pytester: pytest.Pytester, monkeypatch: pyt
     assert report["geo"]["overall"] == json.loads("\n".join(expected_lines("ranking")[5:]))
 
 
+@pytest.mark.e2e
 def test_the_smoke_file_gives_the_seeds_documented_result(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["evaluate", "--dataset", str(SMOKE), "--limit", "5", "--verbose", "--mock"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -173,6 +171,7 @@ def test_the_smoke_file_gives_the_seeds_documented_result(capsys: pytest.Capture
 # --- absent targets -----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_null_and_empty_target_ids_are_absent_targets(tmp_path: Path) -> None:
     lines = read_dataset(LAYOUT / "absent_targets.jsonl", 7)
     assert not [line for line in lines if isinstance(line, RowProblem)]
@@ -181,6 +180,7 @@ def test_null_and_empty_target_ids_are_absent_targets(tmp_path: Path) -> None:
         ("k2", True), ("l2", True), ("m2", True), ("p2", False), ("g3", True)]
 
 
+@pytest.mark.unit
 def test_a_target_id_of_another_type_is_still_a_problem(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"query": "q", "target_id": 5, "candidates": [
@@ -192,6 +192,7 @@ def test_a_target_id_of_another_type_is_still_a_problem(tmp_path: Path) -> None:
 # --- egeo optimize --------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_optimize_is_the_harness_command_with_its_default_iters() -> None:
     parser = cli.build_parser()
     for command in ("optimize", "optimize-prompts"):
@@ -199,6 +200,7 @@ def test_optimize_is_the_harness_command_with_its_default_iters() -> None:
         assert args.iters == 5
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", ["optimize", "optimize-prompts"])
 def test_optimize_prints_the_harness_result_json_and_its_prose_on_stderr(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str) -> None:
@@ -210,7 +212,8 @@ def test_optimize_prints_the_harness_result_json_and_its_prose_on_stderr(
     result = json.loads(out)
     assert {k: result[k] for k in ("applied", "history_len", "saved_to", "hint")} == {
         "applied": False, "history_len": 3, "saved_to": str(tmp_path / "prompts" / "rewriter_user.candidate.txt"),
-        "hint": "Optimized prompt written to candidate file; re-run with --apply to overwrite the working prompt.",
+        # the harness says "re-run with --apply" here too, which would change nothing (issue 37)
+        "hint": "The current prompt stayed best; nothing needed applying.",
     }
     # The mock rewriter ignores the prompt, so every candidate ties the current one, which stays best.
     assert result["best"] == {"iter": 0, "prompt": (tmp_path / "prompts" / "rewriter_user.txt").read_text(),

@@ -5,7 +5,8 @@ Every test fails on a console error or an uncaught exception in the page, which 
 any attempt to load something (the page's Content-Security-Policy forbids it).
 
 Run them with `python -m pytest -m browser tests`; they are skipped, saying why, where
-Chromium (/usr/bin/chromium, the Debian `chromium` package) or Playwright is missing."""
+Chromium (/usr/bin/chromium, the Debian `chromium` package) or Playwright is missing, and
+fail instead where CI=true: CI must run them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from test_reporting import transcript_lines, with_calls
@@ -25,7 +26,19 @@ from conftest import SMOKE, copy_prompts
 from pytest_geo.report.html import write_html_report
 
 pytestmark = pytest.mark.browser
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[test]')")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip, saying why; fail where CI=true, so that CI never passes without this layer."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI=true: the browser tests must run", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+try:
+    from playwright import sync_api
+except ImportError:
+    unavailable("Playwright is not installed (pip install -e '.[test]')")
 
 CHROMIUM = os.environ.get("GEO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -82,7 +95,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).is_file():
-        pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+        unavailable(f"Chromium not found at {CHROMIUM} (apt-get install chromium; .ci/run does)")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield launched

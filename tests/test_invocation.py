@@ -38,6 +38,7 @@ def geo_lines(result: pytest.RunResult) -> list[str]:
             if line.startswith(("rootdir:", "configfile:", "geo:", "helper plugin"))]
 
 
+@pytest.mark.plugin
 def test_two_words_run_as_one_word_does(pytester: pytest.Pytester, outside: tuple[Path, Path]) -> None:
     project, data = outside
     one_word = pytester.runpytest(f"--geo-dataset={data}", "--geo-mock", "-p", "no:cacheprovider")
@@ -52,6 +53,7 @@ def test_two_words_run_as_one_word_does(pytester: pytest.Pytester, outside: tupl
         assert next(line for line in lines if line.startswith("geo:")).endswith(", seed 11")
 
 
+@pytest.mark.plugin
 @pytest.mark.skipif(PYTEST_VERSION < (8, 4), reason="before 8.4 pytest adds pythonpath after loading addopts' -p "
                                                   "plugins, wherever the dataset is")
 def test_the_projects_pythonpath_holds_for_a_dataset_elsewhere(pytester: pytest.Pytester,
@@ -68,6 +70,7 @@ def test_the_projects_pythonpath_holds_for_a_dataset_elsewhere(pytester: pytest.
     assert "helper plugin loaded" in geo_lines(result)
 
 
+@pytest.mark.plugin
 def test_a_dataset_inside_another_project_asks_for_one_word(pytester: pytest.Pytester,
                                                             outside: tuple[Path, Path]) -> None:
     project, data = outside

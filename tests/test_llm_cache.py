@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import GeoProject, rewrite_cache_entries
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
 from pytest_geo.llm.healing import HealingClient
@@ -43,6 +44,7 @@ def request(**changes: object) -> ChatRequest:
     return ChatRequest(**fields)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None:
     base = cache_key("http://a/v1", request())
     assert cache_key("http://a/v1", request(context={"query": "other"}, role="rewriter")) == base
@@ -52,6 +54,7 @@ def test_key_covers_server_model_messages_and_sampling_but_not_context() -> None
     assert cache_key("http://a/v1", request(messages=({"role": "user", "content": "hello!"},))) != base
 
 
+@pytest.mark.unit
 def test_keys_are_the_ones_earlier_versions_wrote() -> None:
     """The key is hashed around the body's bytes as posted (encoded once); it is still the
     SHA-256 of `{"base_url":...,"body":...,"format":2}`, so answers cached before still hit."""
@@ -67,6 +70,7 @@ def test_keys_are_the_ones_earlier_versions_wrote() -> None:
         "b2711a5dde363866626260f673333dc0ca010b588ada0fe523a78dde909e52f2"
 
 
+@pytest.mark.unit
 def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:
     inner = Counting()
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -76,6 +80,7 @@ def test_hit_returns_cached_answer_without_calling(tmp_path: Path) -> None:
     assert (second.text, second.prompt_tokens, second.completion_tokens) == ("answer 1", 3, 2)
 
 
+@pytest.mark.unit
 def test_errors_are_not_cached(tmp_path: Path) -> None:
     inner = Counting(fail=True)
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -85,6 +90,7 @@ def test_errors_are_not_cached(tmp_path: Path) -> None:
     assert inner.calls == 2 and ResponseCache(tmp_path).keys() == set()
 
 
+@pytest.mark.unit
 def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -100,6 +106,7 @@ def test_torn_temp_file_and_corrupt_entry_are_misses(tmp_path: Path) -> None:
     assert inner.calls == 1 and cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)
 
 
+@pytest.mark.unit
 def test_a_killed_writers_temp_files_are_removed_once_stale(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -114,6 +121,7 @@ def test_a_killed_writers_temp_files_are_removed_once_stale(tmp_path: Path) -> N
     assert not old.exists() and fresh.exists()  # a live writer's temp file is left alone
 
 
+@pytest.mark.unit
 def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     keys = [cache_key("u", request(model=f"m{i}")) for i in range(20)]
@@ -142,6 +150,7 @@ def test_concurrent_writers_never_expose_a_torn_entry(tmp_path: Path) -> None:
 VALID_ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("planted", [
     {"prompt_tokens": 10**400},
     {"prompt_tokens": 10**30},
@@ -172,6 +181,7 @@ def test_a_planted_entry_is_rejected_then_replaced_and_counted(tmp_path: Path, p
     assert cache.get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # overwritten by the live answer
 
 
+@pytest.mark.unit
 def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     key = cache_key("http://a/v1", request())
@@ -182,6 +192,7 @@ def test_an_entry_at_the_bounds_is_a_hit(tmp_path: Path) -> None:
     assert cache.read(cache_key("http://b/v1", request())) is None  # absent: a plain miss, not counted
 
 
+@pytest.mark.unit
 def test_answers_are_appended_to_one_file_not_one_file_each(tmp_path: Path) -> None:
     inner = Counting()
     client = CachedClient(inner, tmp_path, "http://a/v1")
@@ -208,6 +219,7 @@ sys.stdin.read()  # hold the segment until told to go
 """
 
 
+@pytest.mark.e2e
 def test_processes_writing_at_once_each_append_to_their_own_file(tmp_path: Path) -> None:
     reader = ResponseCache(tmp_path)
     assert reader.get("a" + "0" * 63) is None  # indexed before the others wrote
@@ -225,6 +237,7 @@ def test_processes_writing_at_once_each_append_to_their_own_file(tmp_path: Path)
     assert len(reader.keys()) == 600
 
 
+@pytest.mark.unit
 def test_a_killed_writers_torn_line_is_ended_rejected_and_replaced(tmp_path: Path) -> None:
     good, torn = cache_key("http://a/v1", request(model="good")), cache_key("http://a/v1", request())
     (tmp_path / "answers").mkdir()
@@ -242,6 +255,7 @@ def test_a_killed_writers_torn_line_is_ended_rejected_and_replaced(tmp_path: Pat
     assert ResponseCache(tmp_path).get(torn) == ChatResponse("answer 1", 3, 2, cached=True)
 
 
+@pytest.mark.unit
 def test_a_planted_line_in_another_file_does_not_shadow_the_answer_that_replaced_it(tmp_path: Path) -> None:
     key = cache_key("http://a/v1", request())
     inner = Counting()
@@ -254,6 +268,7 @@ def test_a_planted_line_in_another_file_does_not_shadow_the_answer_that_replaced
     assert ResponseCache(tmp_path).get(key) == ChatResponse("answer 1", 3, 2, cached=True)  # a later run hits
 
 
+@pytest.mark.unit
 def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("mine\n")
@@ -264,6 +279,7 @@ def test_a_segment_planted_as_a_link_is_never_written_through(tmp_path: Path) ->
     assert ResponseCache(tmp_path / "cache").keys() == {cache_key("http://a/v1", request())}
 
 
+@pytest.mark.e2e
 def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path)
     cache.put("a" * 64, ChatResponse("parent", 1, 1), "m")
@@ -277,3 +293,63 @@ def test_a_forked_child_writes_its_own_file(tmp_path: Path) -> None:
     assert [json.loads(line)["key"][0] for line in (tmp_path / "answers" / "0.jsonl").read_text().splitlines()] == ["a", "c"]
     fresh = ResponseCache(tmp_path)
     assert [fresh.get(k * 64).text for k in "abc"] == ["parent", "child", "parent again"]  # type: ignore[union-attr]
+
+
+# --- planted entries in a run --------------------------------------------------------------
+
+
+@pytest.mark.plugin
+def test_planted_cache_entries_are_misses_counted_in_the_usage(served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset).assert_outcomes(passed=2)
+    # 10**400 tokens: json reads it, float() of it fails
+    planted = rewrite_cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo",
+                                    lambda entry: {**entry, "prompt_tokens": 10**400})
+    assert planted == 6
+    served_project.server.reset()
+    result = served_project.run(dataset, "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 6  # every entry was a miss
+    result.stdout.fnmatch_lines(["  ranker: calls=4 cache_hits=0 retries=0 errors=0 * cache_rejected=4 *",
+                                 "  rewriter: calls=2 cache_hits=0 retries=0 errors=0 * cache_rejected=2 *"])
+    usage = json.loads((served_project.pytester.path / "r.json").read_text())["usage"]
+    assert (usage["ranker"]["cache_rejected"], usage["rewriter"]["cache_rejected"]) == (4, 2)
+    served_project.server.reset()
+    served_project.run(dataset).assert_outcomes(passed=2)  # the live answers replaced them
+    assert served_project.server.requests == []
+
+
+# --- answers cut at the output-token cap ---------------------------------------------------------
+
+
+class CutAtTheCap(Counting):
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        return ChatResponse(text='{"ordered_ids": ["a", "b"', prompt_tokens=3, completion_tokens=19,
+                            finish_reason="length")
+
+
+@pytest.mark.unit
+def test_an_answer_cut_at_the_output_cap_is_never_cached(tmp_path: Path) -> None:
+    inner = CutAtTheCap()
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    answers = [asyncio.run(client.complete(request())) for _ in range(2)]
+    assert inner.calls == 2 and ResponseCache(tmp_path).keys() == set()
+    assert [(a.finish_reason, a.cached) for a in answers] == [("length", False), ("length", False)]
+
+
+@pytest.mark.plugin
+def test_a_rerun_asks_again_for_an_answer_cut_at_the_cap_and_reports_the_cut_again(
+        served_project: GeoProject) -> None:
+    """The rewrite (20 tokens as the fake server counts them) is cut at a cap of 19, so
+    each run asks for it again."""
+    dataset = str(served_project.dataset(2))
+    for run in ("first", "second"):
+        served_project.server.reset()
+        result = served_project.run(dataset, "--geo-max-output-tokens", "19")
+        result.assert_outcomes(failed=2)
+        result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap "
+                                     "(--geo-max-output-tokens 19): raise it*",
+                                     "  rewriter: calls=2 cache_hits=0 *"])  # never answered from the cache
+        rewrites = [r for r in served_project.server.requests if "rewritten_description" in json.dumps(r["body"])]
+        assert len(rewrites) == 2, run  # one a row, on the second run too

@@ -9,7 +9,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import GeoProject
+
+pytestmark = pytest.mark.e2e
 
 
 def test_interrupt_writes_the_partial_report(served_project: GeoProject) -> None:

@@ -16,6 +16,7 @@ def report(project: GeoProject, name: str = "rep.json") -> dict:
     return json.loads((project.pytester.path / name).read_text(encoding="utf-8"))
 
 
+@pytest.mark.plugin
 def test_concurrency_bound_holds(served_project: GeoProject) -> None:
     # 4 rows in flight, each with rank_before and the rewrite in flight together: more
     # than 4 requests at once proves rows overlap and calls overlap, at most 8 the bound.
@@ -26,12 +27,14 @@ def test_concurrency_bound_holds(served_project: GeoProject) -> None:
     assert len(served_project.server.requests) == 24 * 3
 
 
+@pytest.mark.plugin
 def test_one_row_at_a_time_still_overlaps_rank_before_and_rewrite(served_project: GeoProject) -> None:
     served_project.server.latency = 0.05
     served_project.run(str(served_project.dataset(6)), "--geo-concurrency", "1").assert_outcomes(passed=6)
     assert served_project.server.max_in_flight == 2
 
 
+@pytest.mark.plugin
 def test_repeats_share_the_request_bound(served_project: GeoProject) -> None:
     # Three repeats of one row would put 6 calls in flight; one row's bound is 2 requests.
     served_project.server.latency = 0.05
@@ -41,6 +44,7 @@ def test_repeats_share_the_request_bound(served_project: GeoProject) -> None:
     assert len(served_project.server.requests) == 3 * 3 * 3
 
 
+@pytest.mark.plugin
 def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(5))
     served_project.run(dataset, "--geo-report", "first.json").assert_outcomes(passed=5)
@@ -60,6 +64,7 @@ def test_rerun_hits_the_cache_with_identical_results(served_project: GeoProject)
     assert cache_entries(served_project.pytester.path / ".pytest_cache" / "d" / "geo")
 
 
+@pytest.mark.plugin
 def test_no_cache_and_cache_dir_flags(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     served_project.run(dataset, "--geo-cache-dir", "answers").assert_outcomes(passed=2)
@@ -70,6 +75,7 @@ def test_no_cache_and_cache_dir_flags(served_project: GeoProject) -> None:
     assert not (served_project.pytester.path / ".pytest_cache" / "d" / "geo").exists()
 
 
+@pytest.mark.plugin
 def test_cache_works_without_the_cacheprovider(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(1))
     for _ in range(2):
@@ -80,6 +86,7 @@ def test_cache_works_without_the_cacheprovider(served_project: GeoProject) -> No
     assert (served_project.pytester.path / ".pytest_cache" / ".gitignore").read_text().endswith("*\n")
 
 
+@pytest.mark.plugin
 def test_transient_faults_are_retried_and_counted(served_project: GeoProject) -> None:
     served_project.server.slow_seconds = 1.5
     served_project.server.fail_next("429", "ok", "500", "ok", "drop", "ok", "slow")  # each is a call's 1st retry
@@ -90,6 +97,7 @@ def test_transient_faults_are_retried_and_counted(served_project: GeoProject) ->
     assert sum(u["retries"] for u in usage.values()) == 4 and len(served_project.server.requests) == 9 + 4
 
 
+@pytest.mark.plugin
 def test_exhausted_retries_score_zero_and_the_run_finishes(served_project: GeoProject) -> None:
     served_project.server.always = "500"
     result = served_project.run(str(served_project.dataset(2)), "--geo-report", "rep.json", "--geo-max-retries", "1")
@@ -101,6 +109,7 @@ def test_exhausted_retries_score_zero_and_the_run_finishes(served_project: GeoPr
     assert all("HTTP 500" in r["feedback"] and r["feedback"].startswith("error: ") for r in rows)
 
 
+@pytest.mark.plugin
 def test_non_permutation_is_reasked_then_names_missing_and_extra_ids(served_project: GeoProject) -> None:
     served_project.server.always = "bad_ranking"
     result = served_project.run(str(served_project.dataset(1)), "--geo-concurrency", "1")
@@ -111,6 +120,7 @@ def test_non_permutation_is_reasked_then_names_missing_and_extra_ids(served_proj
     assert "That answer could not be used: ranking is not a permutation" in ranker[-1]["body"]["messages"][-1]["content"]
 
 
+@pytest.mark.plugin
 def test_malformed_content_then_a_good_answer_passes(served_project: GeoProject) -> None:
     served_project.server.fail_next("malformed")
     served_project.run(str(served_project.dataset(1)), "--geo-concurrency", "1").assert_outcomes(passed=1)
@@ -122,6 +132,7 @@ def test_malformed_content_then_a_good_answer_passes(served_project: GeoProject)
     result.stdout.fnmatch_lines(["*no JSON object in the answer*after 3 attempts*"])
 
 
+@pytest.mark.plugin
 def test_exitfirst_cancels_outstanding_work(served_project: GeoProject) -> None:
     # Row r0 fails at once (3 bad rankings); every other row's requests are held by the
     # server, so whatever timing the machine gives, those rows are still waiting when -x
@@ -138,6 +149,7 @@ def test_exitfirst_cancels_outstanding_work(served_project: GeoProject) -> None:
     served_project.server.released.set()
 
 
+@pytest.mark.plugin
 def test_deselected_rows_make_no_calls(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(10)), "-k", "r3")
     result.assert_outcomes(passed=1)
@@ -145,6 +157,7 @@ def test_deselected_rows_make_no_calls(served_project: GeoProject) -> None:
     assert all("number 3" in json.dumps(r["body"]) for r in served_project.server.requests)
 
 
+@pytest.mark.plugin
 def test_the_key_never_appears_in_output_report_cache_or_errors(
     served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,6 +179,7 @@ def test_the_key_never_appears_in_output_report_cache_or_errors(
     assert all(r["headers"]["authorization"] == f"Bearer {SENTINEL}" for r in served_project.server.requests)
 
 
+@pytest.mark.plugin
 def test_a_key_echoed_in_answers_reaches_no_file_and_no_output(
     served_project: GeoProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,6 +207,7 @@ def test_a_key_echoed_in_answers_reaches_no_file_and_no_output(
     assert SENTINEL not in rerun.stdout.str()
 
 
+@pytest.mark.plugin
 def test_a_base_url_with_credentials_is_refused_at_start(served_project: GeoProject) -> None:
     url = served_project.server.url.replace("http://", "http://user:s3cret-pw@")
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url", url, "-p", "no:xdist")
@@ -204,6 +219,7 @@ def test_a_base_url_with_credentials_is_refused_at_start(served_project: GeoProj
     assert served_project.server.requests == []
 
 
+@pytest.mark.xdist
 def test_usage_from_xdist_workers_reaches_the_report(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(4))
     result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", "2",

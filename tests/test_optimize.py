@@ -21,6 +21,8 @@ from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import INSTRUCTIONS, MockClient
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "eval" / "datasets" / "geo_smoke.jsonl"
 

@@ -29,10 +29,11 @@ def pytest_help(pytestconfig: pytest.Config) -> str:
     return " ".join(done.stdout.split())
 
 
+@pytest.mark.unit
 def test_the_table_is_what_a_user_knows() -> None:
     """Spot checks in literal values: the flags, ini names and egeo flags users type."""
     by_name = {o.name: o for o in PYTEST_FLAGS}
-    assert len(PYTEST_FLAGS) == 38 and len(INI_NAMES) == 32
+    assert len(PYTEST_FLAGS) == 41 and len(INI_NAMES) == 35
     assert (by_name["--geo-seed"].ini, by_name["--geo-seed"].egeo, by_name["--geo-seed"].shown_default) == (
         "geo_seed", "--seed", "7")
     assert by_name["--geo-optimizer-model"].egeo == "--meta-model"
@@ -40,28 +41,32 @@ def test_the_table_is_what_a_user_knows() -> None:
     assert by_name["--geo-timeout"].env == "OPENAI_TIMEOUT_SECONDS"
     assert by_name["--geo-dataset"].ini == "geo_datasets" and by_name["--geo-variant"].ini == "geo_variants"
     assert [o.egeo for o in OPTIONS if o.name is None and o.egeo] == [
-        "--verbose", "--train", "--val", "--suites", "--iters", "--max-metric-calls", "--apply"]
+        "--endpoint", "--verbose", "--train", "--val", "--suites", "--iters", "--max-metric-calls", "--apply"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("option", PYTEST_FLAGS, ids=lambda o: o.name)
 def test_every_pytest_flag_is_in_pytest_help(pytest_help: str, option: Option) -> None:
     assert f" {option.name}" in pytest_help
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("option", INI_NAMES, ids=lambda o: o.ini)
 def test_every_ini_name_is_in_pytest_help(pytest_help: str, option: Option) -> None:
     assert f" {option.ini} " in pytest_help
 
 
+@pytest.mark.e2e
 def test_every_egeo_flag_is_in_its_commands_help(capsys: pytest.CaptureFixture[str]) -> None:
     texts = {command: egeo_help(capsys, command) for command in ("evaluate", "optimize")}
     claimed = [(o.egeo, command) for o in OPTIONS if o.egeo for command in o.egeo_commands]
-    assert len(claimed) == 31 + 19
+    assert len(claimed) == 35 + 20
     for flag, command in claimed:
         assert f" {flag} " in texts[command], (flag, command)
     assert "[--sample N]" not in texts["optimize"] and "[--train PATH]" not in texts["evaluate"]
 
 
+@pytest.mark.e2e
 def test_help_texts_name_each_front_ends_own_flags(pytest_help: str, capsys: pytest.CaptureFixture[str]) -> None:
     evaluate = egeo_help(capsys, "evaluate")
     assert "upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; default: 256)" in pytest_help
@@ -71,11 +76,12 @@ def test_help_texts_name_each_front_ends_own_flags(pytest_help: str, capsys: pyt
     assert "--geo-" not in evaluate
 
 
+@pytest.mark.unit
 def test_options_markdown_lists_every_option() -> None:
     text = options_markdown()
     lines = text.splitlines()
     assert lines[0] == "| pytest flag | ini | environment | egeo flag | default | what it does |"
-    assert len(lines) == 2 + len(OPTIONS) == 49
+    assert len(lines) == 2 + len(OPTIONS) == 53
     for option in OPTIONS:
         assert any(f"`{option.name or option.egeo or option.ini}" in line for line in lines[2:]), option
     assert ("| `--geo-seed N` | `geo_seed` |  | `--seed` (evaluate, optimize) | 7 | seed for choosing a missing "
@@ -83,6 +89,7 @@ def test_options_markdown_lists_every_option() -> None:
     assert "| `--geo-split test\\|train\\|all` |" in text  # a | in a cell would split it
 
 
+@pytest.mark.plugin
 def test_an_ini_value_is_validated_like_its_flag(pytester: pytest.Pytester) -> None:
     """The ini twin goes through the flag's validator, and the message names the ini option."""
     pytester.makeini("[pytest]\ngeo_max_concurrency = 0\n")

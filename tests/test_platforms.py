@@ -16,6 +16,7 @@ from pytest_geo.settings import Settings
 WITHOUT_FCNTL = "import sys; sys.modules['fcntl'] = None\n"
 
 
+@pytest.mark.e2e
 def test_the_plugin_and_pytest_help_start_without_fcntl(tmp_path: Path) -> None:
     code = WITHOUT_FCNTL + ("import pytest_geo.plugin, pytest_geo.cli, pytest\n"
                             "sys.exit(pytest.main(['--help', '-p', 'no:cacheprovider']))\n")
@@ -24,6 +25,7 @@ def test_the_plugin_and_pytest_help_start_without_fcntl(tmp_path: Path) -> None:
     assert "--geo-mock" in done.stdout and "fcntl" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_mock_run_without_fcntl_passes(tmp_path: Path) -> None:
     (tmp_path / "rows.jsonl").write_text('{"query": "q", "candidates": [{"id": "a", "title": "A", "description": '
                                          '"x"}, {"id": "b", "title": "B", "description": "y"}]}\n')
@@ -34,6 +36,7 @@ def test_a_mock_run_without_fcntl_passes(tmp_path: Path) -> None:
     assert "1 passed" in done.stdout
 
 
+@pytest.mark.unit
 def test_without_fcntl_a_lock_is_a_clear_oserror(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fcntl", None)
     assert not file_lock.locks_available()
@@ -42,6 +45,7 @@ def test_without_fcntl_a_lock_is_a_clear_oserror(monkeypatch: pytest.MonkeyPatch
         file_lock.lock(0, wait=False)
 
 
+@pytest.mark.unit
 def test_without_fcntl_a_budget_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fcntl", None)
     with pytest.raises(BudgetError) as refused:

@@ -32,6 +32,7 @@ def same(items, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_a_prompt_procedure_needs_no_egeo_prompts_directory(pytester: pytest.Pytester) -> None:
     """The E-GEO prompts are for GEO rows; a suite of prompt procedures runs without them."""
     pytester.makeini("[pytest]\n")
@@ -43,6 +44,7 @@ def test_a_prompt_procedure_needs_no_egeo_prompts_directory(pytester: pytest.Pyt
     assert result.stdout.lines[-2] == "- headline::same: 0.5000 | said 'green pan'; said 'grey pot'"
 
 
+@pytest.mark.plugin
 def test_a_suite_scores_a_prompt_procedure_through_the_runs_client(geo_project: pytest.Pytester) -> None:
     geo_project.makefile(".txt", headline="Write a headline for: {{input}}\n")
     geo_project.makepyfile(test_headline=SUITES)
@@ -72,6 +74,7 @@ def pytest_sessionfinish(session):
     ]
 
 
+@pytest.mark.unit
 def test_prompt_procedure_outside_a_run_says_so() -> None:
     import pytest_geo
 
@@ -119,6 +122,7 @@ class Echoing(Proposing):
         return await super().complete(request)
 
 
+@pytest.mark.e2e
 def test_optimizing_a_suite_prompt_is_non_destructive(suites_project: Path, monkeypatch, capsys) -> None:
     before = (suites_project / "headline.txt").read_bytes()
     client = Echoing(proposal="Echo: {{input}}")
@@ -140,12 +144,14 @@ def test_optimizing_a_suite_prompt_is_non_destructive(suites_project: Path, monk
     assert result["saved_to"] == str(suites_project / "headline.candidate.txt")
 
 
+@pytest.mark.e2e
 def test_apply_replaces_the_procedures_template_file(suites_project: Path, monkeypatch) -> None:
     assert optimize_suites(monkeypatch, suites_project, "--apply", client=Echoing(proposal="Echo: {{input}}")) == 0
     assert (suites_project / "headline.txt").read_text() == "Echo: {{input}}"
     assert (suites_project / "headline.candidate.txt").read_text() == "Echo: {{input}}"
 
 
+@pytest.mark.e2e
 def test_a_proposal_that_drops_a_placeholder_is_never_written(suites_project: Path, monkeypatch, capsys) -> None:
     client = Proposing(proposal="Write a catchy headline.")
     assert optimize_suites(monkeypatch, suites_project, "--apply", client=client) == 0
@@ -154,6 +160,7 @@ def test_a_proposal_that_drops_a_placeholder_is_never_written(suites_project: Pa
     assert "rejected: headline: missing placeholder {{input}} that this procedure needs" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_optimizable_procedure_needs_a_same_named_suite(suites_project: Path, monkeypatch, capsys) -> None:
     text = (suites_project / "evals.py").read_text().replace('"headline",\n    data', '"title",\n    data')
     (suites_project / "evals.py").write_text(text.replace("headline_eval.metric", "headline_eval.metric"))
@@ -164,6 +171,7 @@ def test_optimizable_procedure_needs_a_same_named_suite(suites_project: Path, mo
     )
 
 
+@pytest.mark.e2e
 def test_optimize_needs_train_and_val_or_suites(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["optimize-prompts", "--mock"])

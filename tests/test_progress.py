@@ -106,6 +106,7 @@ def slow_server(served_project: GeoProject) -> GeoProject:
     return served_project
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("verbosity", [[], ["-v"]])
 def test_on_a_terminal_the_line_is_redrawn_and_leaves_pytests_screen_intact(
         slow_server: GeoProject, verbosity: list[str]) -> None:
@@ -120,6 +121,7 @@ def test_on_a_terminal_the_line_is_redrawn_and_leaves_pytests_screen_intact(
     assert "4 passed" in screen_without_timing(shown)[-1]
 
 
+@pytest.mark.plugin
 def test_without_a_terminal_plain_lines_come_spaced_out(
         slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.6)
@@ -133,6 +135,7 @@ def test_without_a_terminal_plain_lines_come_spaced_out(
     result.stdout.fnmatch_lines(["*4 passed*"])
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("args, shown", [
     (["-q", "-q"], False),
     (["-q", "-q", "--geo-progress", "on"], True),
@@ -148,6 +151,7 @@ def test_progress_modes(slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch
     assert any(STATUS.search(line) for line in result.stdout.lines) is shown
 
 
+@pytest.mark.plugin
 def test_progress_off_from_the_ini_file(slow_server: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
     monkeypatch.setattr(progress, "SHOW_AFTER", 0.0)
@@ -156,6 +160,7 @@ def test_progress_off_from_the_ini_file(slow_server: GeoProject, monkeypatch: py
     assert result.ret == 0 and not any(STATUS.search(line) for line in result.stdout.lines)
 
 
+@pytest.mark.plugin
 def test_a_bad_mode_is_a_usage_error(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(1)), "--geo-progress", "loud")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -169,6 +174,7 @@ def snap(**fields: object) -> Snapshot:
     return Snapshot(**base)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_status_text_reads_like_the_readme() -> None:
     assert status_text(snap()) == (
         "geo: 20/80 rows done, eta 30s, 16 in flight, 1 error, 1 retry, 41.2k tokens, $0.01230")
@@ -196,6 +202,7 @@ class FakeOutput:
         return 40
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("column", [0, 13])
 def test_the_erased_line_puts_the_cursor_back(column: int) -> None:
     output = FakeOutput(column)
@@ -210,6 +217,7 @@ def test_the_erased_line_puts_the_cursor_back(column: int) -> None:
     assert all(len(line) < 40 for line in render(before + output.raw, width=40))
 
 
+@pytest.mark.unit
 def test_plain_lines_are_spaced_by_the_interval() -> None:
     now = [0.0]
     output = FakeOutput(0)
@@ -228,6 +236,7 @@ def finishing_soon(seconds: float = 0.05) -> concurrent.futures.Future[None]:
     return future
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("tty", [True, False])
 def test_short_waits_show_the_line_once_the_run_has_lasted_two_seconds(tty: bool) -> None:
     now = [0.0]
@@ -246,6 +255,7 @@ def test_short_waits_show_the_line_once_the_run_has_lasted_two_seconds(tty: bool
     assert output.lines == ([] if tty else ["geo: later"])
 
 
+@pytest.mark.plugin
 def test_a_run_of_short_calls_shows_the_line_in_a_log(served_project: GeoProject) -> None:
     served_project.server.latency = 0.08  # a row takes ~0.2 s: never one tick's wait
     result = served_project.run(str(served_project.dataset(16)), "--geo-concurrency", "1", "--geo-no-cache")
@@ -255,6 +265,7 @@ def test_a_run_of_short_calls_shows_the_line_in_a_log(served_project: GeoProject
     assert status and all(line.startswith("geo: ") for line in status)
 
 
+@pytest.mark.e2e
 def test_a_run_of_short_calls_shows_the_line_on_a_terminal(served_project: GeoProject) -> None:
     served_project.server.latency = 0.08
     dataset = served_project.dataset(16)
@@ -283,6 +294,7 @@ def pytest_geo_make_client(config, settings):
 '''
 
 
+@pytest.mark.plugin
 def test_rows_not_run_are_counted_as_not_run_never_as_errors(
         served_project: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "PLAIN_EVERY", 0.0)
@@ -294,6 +306,7 @@ def test_rows_not_run_are_counted_as_not_run_never_as_errors(
     result.stdout.no_fnmatch_line("geo: */4 rows done, * [1-9] error*")
 
 
+@pytest.mark.unit
 def test_status_text_counts_rows_not_run_apart() -> None:
     assert status_text(snap(done=20, errors=1, not_run=30, cost_nanousd=None)) == (
         "geo: 20/80 rows done, eta 15s, 16 in flight, 1 error, 30 not run, 1 retry, 41.2k tokens")
@@ -314,6 +327,7 @@ def wait_until(condition: Callable[[], bool]) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.unit
 def test_cancelled_rows_count_as_not_run_whether_they_had_started_or_not() -> None:
     settings = Settings(prompts_dir=PROMPTS, concurrency=1)
     geo = GeoSession(settings, build_stack(settings, Hanging()))

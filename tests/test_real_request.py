@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import PROMPTS, GeoProject, cache_entries, egeo_workdir
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, cache_entries, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
@@ -41,10 +41,10 @@ def bodies(server: FakeOpenAI) -> list[dict[str, Any]]:
     return [request["body"] for request in server.requests]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_reasoning_models_are_sent_what_they_accept(served_project: GeoProject, workers: str) -> None:
+@pytest.mark.plugin
+def test_reasoning_models_are_sent_what_they_accept(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(6))
-    result = run(served_project, workers, dataset, "--geo-ranker-model", "gpt-5-mini",
+    result = run(served_project, "0", dataset, "--geo-ranker-model", "gpt-5-mini",
                  "--geo-rewriter-model", "gpt-5-mini", "--geo-reasoning-effort", "low")
     result.assert_outcomes(passed=6)
     server = served_project.server
@@ -54,6 +54,7 @@ def test_reasoning_models_are_sent_what_they_accept(served_project: GeoProject, 
     assert "requests changed" not in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_chat_models_keep_temperature_zero_and_get_no_reasoning_effort(served_project: GeoProject) -> None:
     result = served_project.run(str(served_project.dataset(2)), "--geo-reasoning-effort", "high")
     result.assert_outcomes(passed=2)
@@ -62,17 +63,17 @@ def test_chat_models_keep_temperature_zero_and_get_no_reasoning_effort(served_pr
     assert not any("reasoning_effort" in body for body in sent)  # gpt-4o-mini does not take it
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.plugin
 def test_an_explicit_temperature_a_reasoning_model_refuses_is_dropped_once(
-    served_project: GeoProject, workers: str
+    served_project: GeoProject
 ) -> None:
     dataset = str(served_project.dataset(12))
-    result = run(served_project, workers, dataset, "--geo-ranker-model", "gpt-5-mini", "--geo-rewriter-model",
+    result = run(served_project, "0", dataset, "--geo-ranker-model", "gpt-5-mini", "--geo-rewriter-model",
                  "gpt-5-mini", "--geo-temperature", "0", "--geo-report", "r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=12)
     refused = served_project.server.refused
     assert refused and set(refused) == {("gpt-5-mini", "temperature")}
-    assert len(refused) <= (1 if workers == "0" else 2)  # at most one refused call per model and process
+    assert len(refused) <= 1  # at most one refused call per model and process
     line = "gpt-5-mini: sent without temperature (the server refused 0)"
     assert result.stdout.lines.count(f"  {line}") == 1
     report = json.loads((served_project.pytester.path / "r.json").read_text())
@@ -80,7 +81,7 @@ def test_an_explicit_temperature_a_reasoning_model_refuses_is_dropped_once(
                                           "refused": "0", "text": line}]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_an_unknown_model_refusing_temperature_is_healed(served_project: GeoProject, workers: str) -> None:
     served_project.server.refuses_temperature = {"acme-thinker-2"}
     dataset = str(served_project.dataset(10))
@@ -95,6 +96,7 @@ def test_an_unknown_model_refusing_temperature_is_healed(served_project: GeoProj
     assert len(sent) == 30 + len(refused) and sum("temperature" in body for body in sent) == len(refused)
 
 
+@pytest.mark.plugin
 def test_a_later_run_starts_with_what_the_server_refused(served_project: GeoProject) -> None:
     """The change is remembered beside the answer cache: the next run sends the healed
     request from its first call, says so in its `geo:` header, and its cache keys (the
@@ -119,6 +121,7 @@ def test_a_later_run_starts_with_what_the_server_refused(served_project: GeoProj
     assert len(server.refused) == 1  # without the cache directory, learned again
 
 
+@pytest.mark.unit
 def test_cache_keys_differ_by_every_parameter_sent() -> None:
     request = ChatRequest("ranker", "gpt-5-mini", ({"role": "user", "content": "hi"},))
     assert cache_key("u", request) != cache_key("u", ChatRequest("ranker", "gpt-4o-mini", request.messages))
@@ -127,6 +130,7 @@ def test_cache_keys_differ_by_every_parameter_sent() -> None:
     assert cache_key("u", request) == cache_key("u", ChatRequest("ranker", "gpt-5-mini", request.messages))
 
 
+@pytest.mark.plugin
 def test_the_cache_keys_on_the_very_bytes_the_server_received(served_project: GeoProject) -> None:
     """A request is encoded once: the bytes posted are the bytes its cache key hashes."""
     served_project.run(str(served_project.dataset(2)), "--geo-cache-dir", "answers").assert_outcomes(passed=2)
@@ -137,7 +141,7 @@ def test_the_cache_keys_on_the_very_bytes_the_server_received(served_project: Ge
     assert {entry["key"] for entry in cache_entries(served_project.pytester.path / "answers")} == received
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_400_no_change_fixes_stops_the_run_once(served_project: GeoProject, workers: str) -> None:
     served_project.server.always = "400"
     dataset = str(served_project.dataset(40))
@@ -156,6 +160,7 @@ def test_a_400_no_change_fixes_stops_the_run_once(served_project: GeoProject, wo
     assert "sk-test-dummy" not in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_an_unfixable_400_after_success_is_the_row_error(served_project: GeoProject) -> None:
     served_project.server.fault_for = lambda body: "400" if "red kettle number 3" in json.dumps(body) else None
     result = served_project.run(str(served_project.dataset(4)), "--geo-concurrency", "1")
@@ -164,6 +169,7 @@ def test_an_unfixable_400_after_success_is_the_row_error(served_project: GeoProj
                                  "stream_mode)"])
 
 
+@pytest.mark.plugin
 def test_openai_timeout_seconds_sets_the_call_timeout(served_project: GeoProject,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     served_project.server.slow_seconds = 3
@@ -174,6 +180,7 @@ def test_openai_timeout_seconds_sets_the_call_timeout(served_project: GeoProject
     result.stdout.fnmatch_lines(["*model call failed: timed out after 0.5s*"])
 
 
+@pytest.mark.plugin
 def test_a_bad_openai_timeout_seconds_is_a_usage_error(served_project: GeoProject,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_TIMEOUT_SECONDS", "soon")
@@ -182,6 +189,7 @@ def test_a_bad_openai_timeout_seconds_is_a_usage_error(served_project: GeoProjec
     result.stderr.fnmatch_lines(["ERROR: OPENAI_TIMEOUT_SECONDS='soon' is not a number of seconds above 0"])
 
 
+@pytest.mark.unit
 def test_time_and_concurrency_defaults_fit_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_TIMEOUT_SECONDS", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -199,6 +207,7 @@ def test_time_and_concurrency_defaults_fit_the_server(monkeypatch: pytest.Monkey
     assert build_settings({}).start_concurrency == 1
 
 
+@pytest.mark.plugin
 def test_a_local_server_starts_with_one_row_in_flight(served_project: GeoProject) -> None:
     server = served_project.server
     arrivals: list[tuple[float, int]] = []  # (when, requests in flight) as each request arrives
@@ -213,6 +222,7 @@ def test_a_local_server_starts_with_one_row_in_flight(served_project: GeoProject
     assert concurrency["mode"] == "auto" and concurrency["start"] == 1 and concurrency["maximum"] == 256
 
 
+@pytest.mark.plugin
 def test_help_names_the_flags_and_the_local_defaults(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     text = " ".join(result.stdout.str().split())
@@ -221,6 +231,7 @@ def test_help_names_the_flags_and_the_local_defaults(pytester: pytest.Pytester) 
     assert "env: OPENAI_TIMEOUT_SECONDS; default: 60, 600 for a server on this machine or a private network" in text
 
 
+@pytest.mark.plugin
 def test_a_reasoning_effort_outside_openais_levels_is_refused_at_start(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--geo-reasoning-effort", "max")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -235,6 +246,7 @@ MAX_TOKENS_REFUSED = {"error": {"message": "Unsupported parameter: 'max_tokens' 
                                 "param": "max_tokens", "code": "unsupported_parameter"}}
 
 
+@pytest.mark.unit
 def test_profiles_name_each_familys_parameters() -> None:
     messages = ({"role": "user", "content": "hi"},)
 
@@ -255,6 +267,7 @@ def test_profiles_name_each_familys_parameters() -> None:
         "type": "json_schema", "json_schema": {"name": "ranking", "schema": schema, "strict": True}}
 
 
+@pytest.mark.unit
 def test_a_refused_max_tokens_becomes_max_completion_tokens() -> None:
     sent = {"model": "acme-2", "messages": [], "temperature": 0.0, "max_tokens": 900}
     lesson = lesson_for(Refusal.from_body(MAX_TOKENS_REFUSED), sent)
@@ -264,6 +277,7 @@ def test_a_refused_max_tokens_becomes_max_completion_tokens() -> None:
         "model": "acme-2", "messages": [], "temperature": 0.0, "max_completion_tokens": 900}
 
 
+@pytest.mark.unit
 def test_a_400_naming_no_parameter_we_sent_teaches_nothing() -> None:
     sent = {"model": "m", "messages": [], "temperature": 0.0}
     too_long = Refusal("Invalid 'messages[1].content': string too long.", "messages[1].content",
@@ -315,6 +329,7 @@ def structured_calls(mode: str) -> tuple[RefusesResponseFormat, HealingClient, l
     return backend, healing, failures
 
 
+@pytest.mark.unit
 def test_structured_auto_falls_back_to_plain_answers_once() -> None:
     backend, healing, failures = structured_calls("auto")
     assert ["response_format" in body for body in backend.bodies] == [True, False, False, False]
@@ -323,6 +338,7 @@ def test_structured_auto_falls_back_to_plain_answers_once() -> None:
     assert failures == []
 
 
+@pytest.mark.unit
 def test_structured_on_makes_the_refusal_a_run_failure() -> None:
     backend, healing, failures = structured_calls("on")
     assert failures[0] == ("the server refused response_format, which --geo-structured on requires", True)
@@ -332,6 +348,7 @@ def test_structured_on_makes_the_refusal_a_run_failure() -> None:
     assert HealingClient(backend, structured="auto", lessons=[remembered]).learned == [remembered]
 
 
+@pytest.mark.unit
 def test_structured_off_never_sends_a_response_format() -> None:
     backend, healing, failures = structured_calls("off")
     assert len(backend.bodies) == 3 and not any("response_format" in body for body in backend.bodies)
@@ -340,6 +357,7 @@ def test_structured_off_never_sends_a_response_format() -> None:
 
 # egeo: the same flags, variable and summary lines.
 
+@pytest.mark.e2e
 def test_egeo_heals_sends_reasoning_effort_and_reads_the_timeout_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -360,6 +378,7 @@ def test_egeo_heals_sends_reasoning_effort_and_reads_the_timeout_variable(
     assert all(request["body"]["reasoning_effort"] == "low" for request in fake_openai.requests)
 
 
+@pytest.mark.plugin
 def test_batch_lines_are_shaped_like_ordinary_calls(served_project: GeoProject) -> None:
     server = served_project.server
     result = served_project.run(str(served_project.dataset(2)), "--geo-batch", "--geo-ranker-model", "gpt-5-mini",

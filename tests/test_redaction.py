@@ -8,6 +8,7 @@ import gzip
 import html
 import json
 import urllib.parse
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from conftest import GeoProject
 from pytest_geo.llm.openai_client import ANSWER_KEY_LIKE, KEY_LIKE, OpenAIChatClient
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "scrubbed"), [
     ("sk-ab12", "[key]"),
     ("token-xyz99", "[key]"),
@@ -30,6 +32,7 @@ def test_error_messages_replace_key_like_tokens_of_four_characters_or_more(text:
     assert KEY_LIKE.sub("[key]", text) == scrubbed
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "redacted"), [
     ("echo sk-abcdefghijklmnop.", "echo [key]."),  # sk- and 16 characters
     ("sk-proj-abcdefghijklmnop", "[key]"),
@@ -40,6 +43,7 @@ def test_answers_replace_only_what_looks_like_a_secret_key(text: str, redacted: 
     assert ANSWER_KEY_LIKE.sub("[key]", text) == redacted
 
 
+@pytest.mark.unit
 def test_scrub_replaces_the_run_key_and_other_key_like_tokens_in_one_line() -> None:
     client = OpenAIChatClient(api_key="Zq9-not-shaped-like-a-key")
     line = client.scrub("HTTP 401: key Zq9-not-shaped-like-a-key refused;\nalso sk-ab12 and token-xyz99")
@@ -68,6 +72,7 @@ def forms_of(key: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("form", list(forms_of(KEY)))
 def test_redact_replaces_the_key_in_each_form_and_decoding_never_gives_it_back(form: str) -> None:
     client = OpenAIChatClient(api_key=KEY)
@@ -81,18 +86,44 @@ def test_redact_replaces_the_key_in_each_form_and_decoding_never_gives_it_back(f
     assert KEY.replace("p", "\\u0070") not in decoded
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("written", [KEY.replace("p", "\\\\u0070"), KEY.replace("p", "%2570"),
+                                     KEY.replace("/", "&amp;#47;")], ids=["\\\\u0070", "%2570", "&amp;#47;"])
+def test_a_key_escaped_twice_is_redacted(written: str) -> None:
+    """Two layers: `\\\\u0070` in a JSON answer reads `\\u0070`, which reads `p`; `%2570`
+    reads `%70`, which reads `p`."""
+    answer = "A kettle. " + written + " Steel."
+    assert OpenAIChatClient(api_key=KEY).redact(answer) == "A kettle. [key] Steel."
+
+
+URL_SAFE_KEY = "sk-proj-??>>~~-url-safe-0042"  # its standard base64 holds `/` and `+`
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("encode", [base64.b64encode, base64.urlsafe_b64encode], ids=["standard", "URL-safe"])
+def test_a_key_in_either_base64_alphabet_is_redacted(encode: Any) -> None:
+    written = encode(URL_SAFE_KEY.encode()).decode()
+    assert written.rstrip("=") in ("c2stcHJvai0/Pz4+fn4tdXJsLXNhZmUtMDA0Mg", "c2stcHJvai0_Pz4-fn4tdXJsLXNhZmUtMDA0Mg")
+    redacted = OpenAIChatClient(api_key=URL_SAFE_KEY).redact(f"Authorization: Bearer {written}")
+    assert redacted.startswith("Authorization: Bearer ") and "[key]" in redacted
+    assert "Pz4" not in redacted and "fn4tdXJsLXNhZmUtMDA0" not in redacted
+
+
+@pytest.mark.unit
 def test_redact_leaves_escaped_text_without_the_key_as_it_is() -> None:
     client = OpenAIChatClient(api_key=KEY)
     text = '{"rewritten_description": "caf\\u00e9 \\/ 100% &amp; &#8364;5 \\"quoted\\" sk-short"}'
     assert client.redact(text) == text
 
 
+@pytest.mark.unit
 def test_redact_finds_a_key_like_token_hidden_by_escapes() -> None:
     client = OpenAIChatClient(api_key="unrelated-key-0000")
     text = '{"rewritten_description": "use sk-\\u0070roj-abcdefghijklmnopq now"}'
     assert json.loads(client.redact(text))["rewritten_description"] == "use [key] now"
 
 
+@pytest.mark.plugin
 def test_no_file_the_run_writes_nor_the_terminal_holds_the_key_in_any_form(
         served_project: GeoProject, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -121,6 +152,7 @@ def test_no_file_the_run_writes_nor_the_terminal_holds_the_key_in_any_form(
     assert found == []
 
 
+@pytest.mark.unit
 def test_answers_from_a_batch_are_redacted_like_live_ones() -> None:
     from pytest_geo.llm.batch import BatchClient
 

@@ -15,6 +15,7 @@ import pytest
 from conftest import GeoProject, cache_entries
 
 
+@pytest.mark.plugin
 def test_soak_every_row_is_reported_through_random_faults(served_project: GeoProject) -> None:
     """300 rows, 30% of responses faulty across every kind (429, 500, 401, dropped
     connections, slower than the timeout, malformed content, non-permutation rankings)."""
@@ -47,6 +48,7 @@ def test_soak_every_row_is_reported_through_random_faults(served_project: GeoPro
     result.stdout.fnmatch_lines(["*pytest-geo evaluation*", "*: n=300 avg_rank_improvement=*", "Evals:"])
 
 
+@pytest.mark.e2e
 def test_kill_9_mid_run_leaves_the_cache_usable(served_project: GeoProject) -> None:
     served_project.server.latency = 0.05
     dataset = str(served_project.dataset(60))

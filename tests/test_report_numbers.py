@@ -8,6 +8,8 @@ from test_reporting import read, validate
 
 from pytest_geo.report.stats import wilson_interval
 
+pytestmark = pytest.mark.plugin
+
 ACCURACY = '''
 import pytest_geo
 s_eval = pytest_geo.suite("acc", data={"rows": [(1, 1), (2, 0), (3, 3)]})

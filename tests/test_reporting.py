@@ -17,6 +17,8 @@ import pytest
 from pytest_geo.report.metadata import base_url_host
 from pytest_geo.settings import DEFAULT_SEED
 
+pytestmark = pytest.mark.plugin
+
 ROW = {
     "query": "red running shoes",
     "candidates": [

@@ -20,6 +20,7 @@ USAGE = {"ranker": {"calls": 4, "cache_hits": 0, "retries": 1, "errors": 0, "pro
 STATS = {"mode": "fixed", "limit": 2, "reached": 2, "rate_limited": 3}
 
 
+@pytest.mark.unit
 def test_run_notes_are_usage_cost_and_concurrency_and_the_mock_has_neither_cost_nor_limits() -> None:
     results = Results(usage={role: dict(counts) for role, counts in USAGE.items()}, concurrency=dict(STATS))
     notes = run_notes(results, mock=False)
@@ -31,6 +32,7 @@ def test_run_notes_are_usage_cost_and_concurrency_and_the_mock_has_neither_cost_
     assert mock == notes[:2]
 
 
+@pytest.mark.unit
 def test_written_lines_leave_out_a_report_whose_write_failed() -> None:
     results = Results()
     results.write_errors.append("egeo: --report: cannot write taken: it is a directory")
@@ -38,6 +40,7 @@ def test_written_lines_leave_out_a_report_whose_write_failed() -> None:
                                    ("--other", "other", None))) == ["HTML report written to r.html"]
 
 
+@pytest.mark.e2e
 def test_egeo_and_pytest_end_a_run_alike(served_project: GeoProject, fake_openai: FakeOpenAI,
                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                          tmp_path: Path) -> None:
@@ -59,6 +62,7 @@ def test_egeo_and_pytest_end_a_run_alike(served_project: GeoProject, fake_openai
         **reports[0]["concurrency"], "mode": "fixed", "limit": 2}
 
 
+@pytest.mark.unit
 def test_both_front_ends_plan_a_sequential_comparison_alike() -> None:
     """report/stopping.py plans the rows and their rounds for the plugin and egeo."""
     from pytest_geo.report.stopping import monitor_for, planned_row, rounds

@@ -11,6 +11,8 @@ import pytest
 
 from pytest_geo.settings import DEFAULT_SEED
 
+pytestmark = pytest.mark.plugin
+
 SLOW_ROW_FAILS = '''
 import pytest_geo
 s_eval = pytest_geo.suite("s", data={"rows": [(i, 0) for i in range(6)]})

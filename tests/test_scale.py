@@ -22,10 +22,8 @@ from pytest_geo.data.dataset import (
     DuplicateKey,
     GeoRow,
     PackedRow,
-    _decoded_strings,
     _loads_row,
     _plain_texts,
-    _strings_in,
     _validator,
     iter_dataset,
     iter_packed,
@@ -44,6 +42,7 @@ GOOD = {
 }
 
 
+@pytest.mark.unit
 def test_candidate_renderings_match_json_dumps() -> None:
     candidates = (Candidate("a", 'Q "x" \\ é 中', "line\nbreak\ttab \u2028 \x01"), Candidate("b", "", "</script>"))
     for chosen in (candidates, candidates[:1], ()):
@@ -84,17 +83,20 @@ def _variants() -> list[object]:
     return out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("obj", _variants())
 def test_fast_row_check_agrees_with_the_schema(obj: object) -> None:
     assert (_plain_texts(obj) is not None) == _validator().is_valid(obj)
 
 
+@pytest.mark.unit
 def test_fast_row_check_reads_the_candidates_texts() -> None:
     assert _plain_texts(GOOD) == ("a", "A", "x", "b", "", "")
     extra = {**GOOD, "candidates": [{"price": 3, **c, "url": "u"} for c in GOOD["candidates"]]}
     assert _plain_texts(extra) == ("a", "A", "x", "b", "", "")
 
 
+@pytest.mark.unit
 def test_batched_submission_results_errors_and_cancellation() -> None:
     runner = Runner(concurrency=1)
     started: list[int] = []
@@ -126,6 +128,7 @@ def test_batched_submission_results_errors_and_cancellation() -> None:
         runner.close()
 
 
+@pytest.mark.unit
 def test_rows_submitted_at_once_get_their_tasks_as_slots_come_near() -> None:
     runner = Runner(concurrency=2)
     tasks_seen: list[int] = []
@@ -144,6 +147,7 @@ def test_rows_submitted_at_once_get_their_tasks_as_slots_come_near() -> None:
     assert len(tasks_seen) == 1000 and max(tasks_seen) <= 68
 
 
+@pytest.mark.unit
 def test_a_packed_row_reads_back_as_the_same_row(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in (
@@ -184,6 +188,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.plugin
 def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(RUN_AGAIN_CONFTEST)
     geo_project.runpytest("data/smoke.jsonl", "--geo-mock").assert_outcomes(passed=8)
@@ -192,6 +197,7 @@ def test_an_item_run_again_runs_its_row_again(geo_project: pytest.Pytester) -> N
     assert again[0] == ["best lightweight laptop for travel under 1kg"] * 2 + ["p1", 3, 1]
 
 
+@pytest.mark.unit
 def test_rows_are_scheduled_a_window_ahead_of_the_running_item(tmp_path: Path) -> None:
     settings = Settings(prompts_dir=PROMPTS, concurrency=1)
     geo = GeoSession(settings, build_stack(settings, MockClient()))
@@ -245,6 +251,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.plugin
 def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(WINDOW_CONFTEST)
     (geo_project.path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(30)))
@@ -255,6 +262,7 @@ def test_a_run_longer_than_the_lookahead_runs_every_row(geo_project: pytest.Pyte
     assert 2 <= json.loads((geo_project.path / "most.json").read_text()) <= 9
 
 
+@pytest.mark.unit
 def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
     from pytest_geo.report.results import fold_feedback
 
@@ -264,6 +272,7 @@ def test_feedback_folds_repeats_counted_before_spaces_are_folded() -> None:
     assert fold_feedback(iter(["b", "a", "b"])) == "b (x2); a"
 
 
+@pytest.mark.unit
 def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
     from pytest_geo.data.record import geo_record
 
@@ -279,17 +288,15 @@ def test_a_geo_record_keeps_its_fields_and_their_order() -> None:
     assert (variant["variant"], variant["variant_of"], variant["threshold"]) == ("v", "s", None)
 
 
-PLAIN_LINES = [  # plainly valid rows the fast decoding keeps: no key repeats in them
+VALID_LINES = [
     '{"query": "q", "target_id": "a", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
     '{"id": "b", "title": "", "description": ""}]}',
     # spaces around colons, escaped quotes and other escapes, extra fields of every kind
     '{ "query" : "say \\"hi\\"\\n", "query_id":"r1", "n": 3, "candidates":[{"id":"a","title":"\\u00e9\\"",'
     '"description":"x:y", "url": "u", "price": 1.5},{"id":"b","title":"B","description":"","tags":null}]}',
-]
-REDECODED_LINES = [  # decoded again with the hook, with the same result
     '{"query": "q", "meta": {"a": "x"}, "candidates": [{"id": "a", "title": "A", "description": "x"}, '
     '{"id": "b", "title": "", "description": "c:\\\\dir"}]}',  # strings nested elsewhere; an escaped backslash
-    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not plainly valid
+    '{"query": "q", "candidates": [{"id": "a", "title": "A", "description": "x"}]}',  # not a valid row
 ]
 REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is spelled
     ('{"query": "q", "query": "r", "candidates": [{"id": "a", "title": "A", "description": "x"}, '
@@ -305,14 +312,13 @@ REPEATED_LINES = [  # a key given twice, wherever it is, and however the line is
 ]
 
 
-@pytest.mark.parametrize("line", PLAIN_LINES + REDECODED_LINES)
+@pytest.mark.unit
+@pytest.mark.parametrize("line", VALID_LINES)
 def test_a_line_decodes_as_json_loads_does(line: str) -> None:
-    obj, flat = _loads_row(line)
-    assert obj == json.loads(line) and flat == _plain_texts(obj)
-    fast = flat is not None and _decoded_strings(obj, flat) == _strings_in(line)
-    assert fast == (line in PLAIN_LINES)  # the hook was not needed for a plain line, and was for the others
+    assert _loads_row(line) == json.loads(line)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("line", "key"), REPEATED_LINES)
 def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
     json.loads(line)  # valid JSON, which json.loads reads without a word
@@ -320,19 +326,14 @@ def test_a_repeated_key_is_found_wherever_it_is(line: str, key: str) -> None:
         _loads_row(line)
 
 
-def test_strings_are_counted_from_quotes_unless_a_backslash_is_escaped() -> None:
-    assert _strings_in('{"a": "b", "c": 1}') == 3
-    assert _strings_in('{"a": "say \\"hi\\"", "t": "\\n"}') == 4
-    assert _strings_in('{"a": "c:\\\\"}') is None
-
-
 _texts = st.text(st.sampled_from('ab "\\/:{},\n\u00e9'), max_size=6)
 
 
 @st.composite
-def _row_lines(draw: st.DrawFn) -> str:
+def _row_lines(draw: st.DrawFn) -> tuple[str, str | None]:
     """A row's JSON line, spelled by hand so a key can appear twice: candidates with extra
-    fields, texts full of quotes and backslashes, and maybe one key repeated anywhere."""
+    fields, texts full of quotes and backslashes, and maybe one key repeated anywhere
+    (returned beside the line)."""
     candidates = [[("id", draw(st.sampled_from(["a", "b", "c", "d"]))), ("title", draw(_texts)),
                    ("description", draw(_texts))] for _ in range(draw(st.integers(2, 3)))]
     for fields in candidates:
@@ -342,9 +343,11 @@ def _row_lines(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         top.append(("meta", [("k", draw(_texts))]))
     objects = [top, *candidates, *([top[-1][1]] if top[-1][0] == "meta" else [])]
+    repeated = None
     if draw(st.booleans()):  # repeat one key of one object
         where = draw(st.sampled_from(objects))
         where.append(draw(st.sampled_from(where)))
+        repeated = where[-1][0]
 
     def spell(value: object) -> str:
         if isinstance(value, list):
@@ -353,22 +356,18 @@ def _row_lines(draw: st.DrawFn) -> str:
             return "[" + ", ".join(spell(v) for v in value) + "]"
         return json.dumps(value, ensure_ascii=draw(st.booleans()))
 
-    return spell(top)
+    return spell(top), repeated
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None)
 @given(_row_lines())
-def test_a_line_decodes_as_the_checking_decoder_does(line: str) -> None:
-    """The fast decoding (no hook, kept when the strings add up) gives what decoding with
-    the duplicate-key hook gives: the same object, or the same repeated key."""
-    from pytest_geo.data.dataset import _ROW_DECODER
-
-    try:
-        expected: object = _ROW_DECODER.decode(line)
-    except DuplicateKey as exc:
-        expected = exc.args
-    try:
-        got: object = _loads_row(line)[0]
-    except DuplicateKey as exc:
-        got = exc.args
-    assert got == expected
+def test_a_line_decodes_as_json_loads_does_unless_a_key_repeats(spelled: tuple[str, str | None]) -> None:
+    """The same object json.loads gives, or DuplicateKey naming the key given twice."""
+    line, repeated = spelled
+    if repeated is None:
+        assert _loads_row(line) == json.loads(line)
+    else:
+        with pytest.raises(DuplicateKey) as info:
+            _loads_row(line)
+        assert info.value.args == (repeated,)

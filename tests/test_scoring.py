@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import gc
 import math
 from pathlib import Path
 
 import pytest
 
 from pytest_geo.data.dataset import Candidate, GeoRow
-from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, _outcome, candidate_values
+from pytest_geo.engine.experiment import GeoEngine, candidate_values
 from pytest_geo.engine.prompts import load_prompts
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError
 from pytest_geo.llm.mock import MockClient
 from pytest_geo.scoring import MetricReturnError, Score, normalize, summarize
 from pytest_geo.templates import render
+
+pytestmark = pytest.mark.unit
 
 
 def test_empty() -> None:
@@ -170,24 +170,6 @@ def test_a_cancelled_row_cancels_both_steps() -> None:
     assert asyncio.run(run()) == (True, ["ranker cancelled", "rewriter cancelled"])
 
 
-def test_a_row_cancelled_before_its_rewrite_started_leaves_no_warning(recwarn: pytest.WarningsRecorder) -> None:
-    """Cancelled after rank_before's task started and before the rewrite did: the ranking
-    is cancelled, the rewrite never sent, and no coroutine is left "never awaited"."""
-    events: list[str] = []
-    engine, row = _stalling_engine(set(), events)
-
-    async def run() -> bool:
-        task = asyncio.ensure_future(engine.run(row))
-        await asyncio.sleep(0)  # the row takes its first step: rank_before's task is made
-        task.cancel()
-        await asyncio.wait((task,), timeout=10)
-        return task.cancelled()
-
-    cancelled = asyncio.run(run())
-    gc.collect()
-    assert (cancelled, events, [str(w.message) for w in recwarn]) == (True, ["ranker cancelled"], [])
-
-
 def test_rank_after_shows_the_candidates_of_rank_before_with_the_target_rewritten(tmp_path: Path) -> None:
     """rank_after's candidates are written from rank_before's, the target's alone written
     again: its prompt must read as the rewritten candidates written afresh, in each form."""
@@ -208,19 +190,3 @@ def test_rank_after_shows_the_candidates_of_rank_before_with_the_target_rewritte
     assert before.count('steel \\"1.7\\" l') == after.count('steel \\"1.7\\" l') == 2  # json and jsonl
     assert after.count("  description:\n  Best for buyers who want") == 1  # the block
     assert (outcome.rank_before, outcome.rank_after) == (2, 1)
-
-
-def test_a_rows_outcome_filled_in_directly_is_the_dataclasss_own() -> None:
-    """The engine's outcome of a row (_outcome) is what GeoOutcome(...) makes: every
-    field, in the fields' order, no notes, still frozen."""
-    calls = ({"step": "rank_before", "role": "ranker", "model": "m", "attempt": 0, "messages": [],
-              "answer": "{}", "cached": False},)
-    made = _outcome("q1", "t1", 3, 1, "better", None, ("2 kg",), calls, False)  # type: ignore[arg-type]
-    assert made == GeoOutcome("q1", "t1", 3, 1, "better", None, fact_violations=("2 kg",), calls=calls)  # type: ignore[arg-type]
-    assert made.calls == calls and made.notes == () and not made.not_run
-    assert _outcome(None, "t", None, None, None, "boom", (), (), True) == GeoOutcome(None, "t", error="boom", not_run=True)
-    assert list(vars(made)) == [f.name for f in dataclasses.fields(GeoOutcome)]
-    assert made.record() == GeoOutcome("q1", "t1", 3, 1, "better", None, fact_violations=("2 kg",),
-                                       calls=calls).record()  # type: ignore[arg-type]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.error = "x"  # type: ignore[misc]

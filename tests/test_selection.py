@@ -25,6 +25,7 @@ def ran(project: pytest.Pytester, report: str = "report.json") -> list[str]:
     return sorted(row["nodeid"] for row in data["rows"])
 
 
+@pytest.mark.plugin
 def test_limit_runs_the_first_rows_of_each_dataset(counting_client: pytest.Pytester) -> None:
     write_rows(counting_client.path / "more.jsonl", 5, prefix="m")
     result = counting_client.runpytest("data/smoke.jsonl", "more.jsonl", "--geo-mock", "--geo-limit", "3",
@@ -38,6 +39,7 @@ def test_limit_runs_the_first_rows_of_each_dataset(counting_client: pytest.Pytes
     assert len(queried) == 6  # deselected rows never reach the model
 
 
+@pytest.mark.plugin
 def test_limit_counts_the_rows_left_by_k(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-limit", "2", "-k", "not q1",
                                    "--geo-report", "report.json", "-p", "no:xdist")
@@ -45,6 +47,7 @@ def test_limit_counts_the_rows_left_by_k(geo_project: pytest.Pytester) -> None:
     assert ran(geo_project) == ["data/smoke.jsonl::q2", "data/smoke.jsonl::q3"]
 
 
+@pytest.mark.plugin
 def test_sample_is_seeded_and_the_same_on_every_run(geo_project: pytest.Pytester) -> None:
     write_rows(geo_project.path / "rows.jsonl", 30)
     runs = []
@@ -58,6 +61,7 @@ def test_sample_is_seeded_and_the_same_on_every_run(geo_project: pytest.Pytester
     assert runs[0] == sorted(f"rows.jsonl::{names[i]}" for i in chosen_indices(names, None, 5, 7))
 
 
+@pytest.mark.unit
 def test_the_sample_follows_the_seed() -> None:
     names = [f"r{i}" for i in range(200)]
     samples = {tuple(chosen_indices(names, None, 10, seed)) for seed in range(5)}
@@ -65,6 +69,7 @@ def test_the_sample_follows_the_seed() -> None:
     assert all(len(s) == 10 and list(s) == sorted(set(s)) for s in samples)
 
 
+@pytest.mark.plugin
 def test_sample_and_limit_from_the_ini_file(geo_project: pytest.Pytester) -> None:
     geo_project.makeini("[pytest]\ngeo_sample = 3\ngeo_limit = 6\n")
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "report.json",
@@ -74,11 +79,13 @@ def test_sample_and_limit_from_the_ini_file(geo_project: pytest.Pytester) -> Non
     assert ran(geo_project) == sorted(f"data/smoke.jsonl::{names[i]}" for i in chosen_indices(names, 6, 3, DEFAULT_SEED))
 
 
+@pytest.mark.plugin
 def test_sample_larger_than_the_dataset_keeps_every_row(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-sample", "50", "-p", "no:xdist")
     result.assert_outcomes(passed=8)
 
 
+@pytest.mark.plugin
 def test_suite_rows_are_limited_per_suite(geo_project: pytest.Pytester) -> None:
     geo_project.makepyfile(test_answer="""
         import pytest_geo
@@ -95,6 +102,7 @@ def test_suite_rows_are_limited_per_suite(geo_project: pytest.Pytester) -> None:
     result.assert_outcomes(passed=5, deselected=6)  # ordinary tests are never deselected
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("args, message", [
     (["--geo-limit", "0"], "*--geo-limit*'0' must be at least 1*"),
     (["--geo-sample", "x"], "*--geo-sample*'x' is not a whole number*"),
@@ -105,6 +113,7 @@ def test_bad_values_are_usage_errors(geo_project: pytest.Pytester, args: list[st
     result.stderr.fnmatch_lines([message])
 
 
+@pytest.mark.plugin
 def test_bad_ini_value_names_the_ini_option(geo_project: pytest.Pytester) -> None:
     geo_project.makeini("[pytest]\ngeo_sample = many\n")
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock")
@@ -112,6 +121,7 @@ def test_bad_ini_value_names_the_ini_option(geo_project: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines(["*ini option geo_sample: 'many' is not a whole number*"])
 
 
+@pytest.mark.xdist
 @pytest.mark.parametrize("flag", ["--geo-limit", "--geo-sample"])
 def test_xdist_workers_pick_the_rows_one_process_picks(geo_project: pytest.Pytester, flag: str) -> None:
     pytest.importorskip("xdist")

@@ -25,6 +25,7 @@ COMPARISONS = 2000
 POOL = 200
 
 
+@pytest.mark.unit
 def test_no_true_difference_is_decided_wrongly_at_most_alpha_of_the_time() -> None:
     """2,000 seeded comparisons of 200 rows with no true difference, read every 10 rows
     (20 looks: a fixed-sample test read that often would err far more than 5%).
@@ -43,6 +44,7 @@ def test_no_true_difference_is_decided_wrongly_at_most_alpha_of_the_time() -> No
     assert wrong > 0  # the test does bet: it is not trivially never deciding
 
 
+@pytest.mark.unit
 def test_a_half_rank_difference_is_decided_within_30_percent_of_a_1000_row_pool() -> None:
     """Differences of mean 0.5 rank, spread 2 ranks (40% ties) over 10 candidates."""
     rng = random.Random(7)
@@ -54,6 +56,7 @@ def test_a_half_rank_difference_is_decided_within_30_percent_of_a_1000_row_pool(
     assert sum(used) / len(used) <= 300
 
 
+@pytest.mark.unit
 def test_equivalence_is_decided_once_the_interval_lies_within_the_margin() -> None:
     rng = random.Random(3)
     decision, rows = simulate(simulated_differences(rng, 1000, mean=0.0, spread=1.0), bound=9, margin=0.5)
@@ -63,6 +66,7 @@ def test_equivalence_is_decided_once_the_interval_lies_within_the_margin() -> No
     assert decision == BETTER
 
 
+@pytest.mark.unit
 def test_the_interval_narrows_round_by_round_and_agrees_with_the_decision() -> None:
     sequence = ConfidenceSequence(bound=9, horizon=50)
     widths = []
@@ -76,6 +80,7 @@ def test_the_interval_narrows_round_by_round_and_agrees_with_the_decision() -> N
     assert sequence.decision == BETTER and 0 < sequence.low < 1.3 < sequence.high < 3
 
 
+@pytest.mark.unit
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         ConfidenceSequence(bound=0)
@@ -101,6 +106,7 @@ def report(project: GeoProject, name: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.plugin
 def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served_project: GeoProject) -> None:
     args = strategies(served_project, 100)
     full = served_project.run(*args, "--geo-report", "full.json")
@@ -142,6 +148,7 @@ def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served
     assert ran == sorted(unit for _, unit in order[:10])
 
 
+@pytest.mark.xdist
 def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: GeoProject) -> None:
     args = strategies(served_project, 200)
     result = served_project.pytester.runpytest_subprocess(
@@ -167,6 +174,7 @@ def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: G
                                  f"({entry['rows_run']} ran, 0 with an error left out); $* not spent"])
 
 
+@pytest.mark.plugin
 def test_a_sequential_baseline_gate_stops_once_the_drop_is_decided(served_project: GeoProject) -> None:
     served_project.dataset(100)
     served_project.run("rows.jsonl", "--geo-report", "base.json").assert_outcomes(passed=100)
@@ -200,6 +208,7 @@ def test_a_sequential_baseline_gate_stops_once_the_drop_is_decided(served_projec
     better.stdout.fnmatch_lines(["  this run better than baseline after 16 rows: *"])
 
 
+@pytest.mark.plugin
 def test_sequential_needs_a_comparison_and_margin_needs_sequential(served_project: GeoProject) -> None:
     served_project.dataset(3)
     alone = served_project.run("rows.jsonl", "--geo-sequential")
@@ -211,6 +220,7 @@ def test_sequential_needs_a_comparison_and_margin_needs_sequential(served_projec
     bad.stderr.fnmatch_lines(["*--geo-alpha: '1' must be between 0 and 1, both excluded"])
 
 
+@pytest.mark.e2e
 def test_egeo_evaluate_sequential_stops_early_with_the_full_runs_decision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -238,6 +248,7 @@ def test_egeo_evaluate_sequential_stops_early_with_the_full_runs_decision(
     assert (entry["rows_used"], entry["rows_available"], entry["pairs"][0]["decision"]) == (10, 100, "better")
 
 
+@pytest.mark.e2e
 def test_egeo_sequential_needs_two_variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=3)
@@ -247,6 +258,7 @@ def test_egeo_sequential_needs_two_variants(tmp_path: Path, monkeypatch: pytest.
     assert "egeo: error: --sequential needs two or more --variant to compare" in capsys.readouterr().err
 
 
+@pytest.mark.plugin
 def test_errored_rows_stay_out_of_the_test_and_repeats_keep_their_noise_floor(served_project: GeoProject) -> None:
     args = strategies(served_project, 100)
     first = sorted((run_order(7, f"rows.jsonl::r{i}"), i) for i in range(100))[:2]
@@ -270,6 +282,7 @@ def test_errored_rows_stay_out_of_the_test_and_repeats_keep_their_noise_floor(se
     assert all("judge_noise" in s for s in data["suites"])  # --geo-repeats 2: the noise floor is still there
 
 
+@pytest.mark.plugin
 def test_the_ini_twins(served_project: GeoProject) -> None:
     served_project.dataset(3)
     served_project.pytester.makeini("[pytest]\ngeo_sequential = true\n")
@@ -279,6 +292,7 @@ def test_the_ini_twins(served_project: GeoProject) -> None:
         ["ERROR: ini option geo_alpha: '2' must be between 0 and 1, both excluded"])
 
 
+@pytest.mark.e2e
 def test_egeo_sequential_status_line_counts_every_round_against_the_runs_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,6 +15,8 @@ from fake_openai import FakeOpenAI
 
 from conftest import GeoProject
 
+pytestmark = pytest.mark.e2e
+
 SDK_IMPORT = """
 import gc, json, sys
 from pytest_geo.llm.factory import sdk_client_class

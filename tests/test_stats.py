@@ -19,6 +19,8 @@ from pytest_geo.report.stats import (
     wilson_interval,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("p", "df", "expected"),

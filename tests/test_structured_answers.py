@@ -40,12 +40,14 @@ PROPOSAL = {
 }
 
 
+@pytest.mark.unit
 def test_each_roles_schema_is_closed_as_strict_mode_requires() -> None:
     assert ranking_schema(["a0", "b0", "t0"]) == RANKING
     assert rewrite_schema() == REWRITE
     assert proposal_schema() == PROPOSAL
 
 
+@pytest.mark.unit
 def test_ids_past_openais_enum_limits_go_without_an_enum_but_keep_their_count() -> None:
     many = [f"id-{i:04d}" for i in range(1001)]
     assert ranking_schema(many)["properties"]["ordered_ids"] == {
@@ -60,10 +62,10 @@ def bodies(server: FakeOpenAI, role_key: str) -> list[dict[str, Any]]:
     return [r["body"] for r in server.requests if role_key in r["body"]["messages"][0]["content"]]
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project: GeoProject, workers: str) -> None:
+@pytest.mark.plugin
+def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
-    result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url, "-n", workers,
+    result = served_project.pytester.runpytest(dataset, "--geo-base-url", served_project.server.url,
                                                "--geo-report", "r.json")
     result.assert_outcomes(passed=2)
     rankings = bodies(served_project.server, "ordered_ids")
@@ -74,7 +76,9 @@ def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project:
                                         "json_schema": {"name": "ranking", "schema": RANKING, "strict": True}}
     assert rewrites[0]["response_format"] == {"type": "json_schema",
                                               "json_schema": {"name": "rewrite", "schema": REWRITE, "strict": True}}
-    assert {b["max_tokens"] for b in rankings + rewrites} == {4096}
+    # sized to the answer (issue 37): 256 + each id's bytes and 8; 256 + twice the description's bytes
+    assert {b["max_tokens"] for b in rankings} == {256 + 3 * (2 + 8)}
+    assert {b["max_tokens"] for b in rewrites} == {256 + 2 * len("steel, 1.7 litres")}
     # The server answered in the schema's shape (bare JSON, no fence), which parsed.
     rows = with_calls(served_project.pytester.path / "r.json")["rows"]
     answers = [c["answer"] for row in rows for c in row["calls"] if c["role"] == "ranker"]
@@ -82,12 +86,14 @@ def test_every_call_sends_its_schema_strictly_and_the_output_cap(served_project:
     assert all(set(json.loads(answer)) == {"ordered_ids"} for answer in answers)
 
 
+@pytest.mark.plugin
 def test_the_output_cap_comes_from_the_ini_too(served_project: GeoProject) -> None:
     served_project.pytester.makeini("[pytest]\ngeo_max_output_tokens = 777\n")
     served_project.run(str(served_project.dataset(1))).assert_outcomes(passed=1)
     assert {r["body"]["max_tokens"] for r in served_project.server.requests} == {777}
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("args", "message"), [
     (["--geo-max-output-tokens", "0"], "argument --geo-max-output-tokens: '0' must be at least 1"),
     (["-o", "geo_max_output_tokens=many"], "ini option geo_max_output_tokens: 'many' is not a whole number"),
@@ -99,6 +105,7 @@ def test_a_bad_output_cap_is_a_usage_error(served_project: GeoProject, args: lis
     assert served_project.server.requests == []
 
 
+@pytest.mark.plugin
 def test_answers_in_fences_and_prose_still_parse_from_a_server_that_ignores_the_schema(
         served_project: GeoProject) -> None:
     """A server that takes response_format but answers as it likes (E-GEO prompts, older
@@ -110,12 +117,12 @@ def test_answers_in_fences_and_prose_still_parse_from_a_server_that_ignores_the_
     assert len(answers) == 4 and all(a.startswith("You sent {") and "```json\n{\"ordered_ids\"" in a for a in answers)
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_an_answer_cut_at_the_output_cap_fails_its_row_at_once(served_project: GeoProject, workers: str) -> None:
+@pytest.mark.plugin
+def test_an_answer_cut_at_the_output_cap_fails_its_row_at_once(served_project: GeoProject) -> None:
     """The ranking (19 tokens as the fake server counts them) fits a cap of 19; the
     rewrite (20) does not."""
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
-                                               served_project.server.url, "-n", workers,
+                                               served_project.server.url,
                                                "--geo-max-output-tokens", "19", "--geo-report", "r.json")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*error: rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): "
@@ -127,6 +134,7 @@ def test_an_answer_cut_at_the_output_cap_fails_its_row_at_once(served_project: G
         "rewriter answer cut at the output-token cap (--geo-max-output-tokens 19): raise it"] * 2
 
 
+@pytest.mark.e2e
 def test_egeo_names_its_own_flag_for_a_cut_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=1)
@@ -150,6 +158,7 @@ def same(items, expected):
 '''
 
 
+@pytest.mark.plugin
 def test_a_prompt_procedures_cut_answer_fails_its_suite_row(served_project: GeoProject) -> None:
     served_project.pytester.makepyfile(test_shout=SUITE)
     result = served_project.run("test_shout.py", "--geo-max-output-tokens", "1")
@@ -159,11 +168,11 @@ def test_a_prompt_procedures_cut_answer_fails_its_suite_row(served_project: GeoP
     assert "response_format" not in served_project.server.requests[0]["body"]  # free text: no schema
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.plugin
 def test_an_answer_over_the_size_cap_is_a_row_error_never_cached_or_reported_whole(
-        served_project: GeoProject, workers: str) -> None:
+        served_project: GeoProject) -> None:
     served_project.server.fault_for = lambda body: "huge" if "rewritten_description" in json.dumps(body) else None
-    args = [str(served_project.dataset(2)), "--geo-base-url", served_project.server.url, "-n", workers,
+    args = [str(served_project.dataset(2)), "--geo-base-url", served_project.server.url,
             "--geo-report", "r.json", "--geo-html", "r.html", "--geo-cache-dir", "cache"]
     result = served_project.pytester.runpytest(*args)
     result.assert_outcomes(failed=2)
@@ -197,6 +206,7 @@ def sdk_call(server: FakeOpenAI, **extra: Any) -> openai.BadRequestError:
     return refused.value
 
 
+@pytest.mark.e2e
 def test_the_fake_server_refuses_a_strict_schema_that_leaves_an_object_open(fake_openai: FakeOpenAI) -> None:
     open_root = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
     refused = sdk_call(fake_openai, response_format={
@@ -215,6 +225,7 @@ def test_the_fake_server_refuses_a_strict_schema_that_leaves_an_object_open(fake
         "supplied and to be an array including every key in properties. Missing 'y'.")
 
 
+@pytest.mark.e2e
 def test_the_fake_server_can_refuse_response_format_altogether(fake_openai: FakeOpenAI) -> None:
     fake_openai.refuse_response_format = True
     refused = sdk_call(fake_openai, response_format={
@@ -224,19 +235,19 @@ def test_the_fake_server_can_refuse_response_format_altogether(fake_openai: Fake
                             "code": "unsupported_parameter"}
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_a_server_without_response_format_gets_every_row_scored(served_project: GeoProject, workers: str) -> None:
+@pytest.mark.plugin
+def test_a_server_without_response_format_gets_every_row_scored(served_project: GeoProject) -> None:
     """--geo-structured auto (the default): the schema goes out, the refusal is learned
     once (both roles' first calls are refused at once: neither stops the run), and the
     plain answers parse."""
     served_project.server.refuse_response_format = True
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
-                                               served_project.server.url, "-n", workers)
+                                               served_project.server.url)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["requests changed to what the server accepts:",
                                  "  gpt-4o-mini: sent without response_format (the server refused it)"])
     refused = [r for r in served_project.server.requests if "response_format" in r["body"]]
-    assert 1 <= len(refused) <= 2 * (1 + int(workers))  # each process's calls in flight before it learned
+    assert 1 <= len(refused) <= 2  # each process's calls in flight before it learned
     assert len(served_project.server.requests) - len(refused) == 6
 
 
@@ -255,6 +266,7 @@ class Recording:
         pass
 
 
+@pytest.mark.unit
 def test_the_optimizer_asks_for_a_proposal_in_its_schema_with_the_cap() -> None:
     client = Recording('Thoughts first. {"new_prompt": "Rewrite {{description}} for {{query}}.", "rationale": "r"}')
     engine = GeoEngine(load_prompts(PROMPTS), client, {"ranker": "m", "rewriter": "m", "optimizer": "o"},

@@ -12,7 +12,7 @@ import pytest
 from fake_openai import completion
 from test_reporting import read, transcript_lines, validate, with_calls
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from conftest import DUMMY_KEY, ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 from pytest_geo.templates import render
 
@@ -23,6 +23,7 @@ def prompt(project: Path, name: str) -> str:
     return (project / "prompts" / name).read_text(encoding="utf-8")
 
 
+@pytest.mark.plugin
 def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(served_project: GeoProject) -> None:
     dataset = str(served_project.dataset(2))
     bad: list[str] = []
@@ -75,6 +76,7 @@ def test_calls_are_the_rendered_prompts_and_raw_answers_also_from_the_cache(serv
     assert DUMMY_KEY not in text + json.dumps(transcript_lines(served_project.pytester.path / "first.json"))
 
 
+@pytest.mark.plugin
 def test_a_failed_call_is_kept_with_its_error_and_no_key(served_project: GeoProject) -> None:
     served_project.server.always = "500"  # not a fail-fast error (a 401 would stop the run before any row)
     result = served_project.run(str(served_project.dataset(1)), "--geo-report", "r.json", "--geo-max-retries", "0")
@@ -89,7 +91,7 @@ def test_a_failed_call_is_kept_with_its_error_and_no_key(served_project: GeoProj
     assert DUMMY_KEY not in json.dumps(transcript_lines(served_project.pytester.path / "r.json"))
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_calls_reach_the_report_under_xdist_and_per_repeat(geo_project: pytest.Pytester, workers: str) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "-n", workers, "--geo-repeats", "2",
                                    "--geo-report", "r.json")
@@ -127,6 +129,7 @@ def assert_report_and_transcripts_file(report_path: Path, rows: int) -> None:
     assert all([c["step"] for c in line["calls"]] == STEPS for line in lines)
 
 
+@pytest.mark.plugin
 def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-report", "out/r.json",
                                    "--geo-html", "out/page.html")
@@ -140,6 +143,7 @@ def test_the_report_names_its_transcripts_file_and_holds_no_call(geo_project: py
     assert '"transcripts":{"file":"r.transcripts.jsonl.gz","embedded":8,"rows":8,"first":200,"errors":200}' in page
 
 
+@pytest.mark.plugin
 def test_the_page_alone_gets_the_transcripts_file_and_no_report_gets_none(geo_project: pytest.Pytester) -> None:
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-mock", "--geo-html", "page.html")
     result.assert_outcomes(passed=8)
@@ -153,6 +157,7 @@ def test_the_page_alone_gets_the_transcripts_file_and_no_report_gets_none(geo_pr
     assert list(geo_project.path.rglob("*.gz")) == []
 
 
+@pytest.mark.e2e
 def test_egeo_writes_the_same_report_and_transcripts_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, 5)

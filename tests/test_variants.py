@@ -81,6 +81,7 @@ def strategies(geo_project: pytest.Pytester) -> pytest.Pytester:
 VARIANTS = ("--geo-variant", "keep=keep.txt", "--geo-variant", "signal=signal.txt")
 
 
+@pytest.mark.plugin
 def test_two_variants_compared_row_by_row_best_first(strategies: pytest.Pytester) -> None:
     result = strategies.runpytest("data/smoke.jsonl", *VARIANTS, "--geo-report", "r.json", "-v")
     result.assert_outcomes(passed=16)
@@ -109,6 +110,7 @@ def test_two_variants_compared_row_by_row_best_first(strategies: pytest.Pytester
     assert calls.count("ranker") == 8 * (1 + 2) and calls.count("rewriter") == 8 * 2
 
 
+@pytest.mark.plugin
 def test_pairs_leave_out_rows_with_an_error_in_either_variant(strategies: pytest.Pytester) -> None:
     broken = "Title: {{title}}\nOriginal description: {{description}}\n"
     conftest = KEEP_CONFTEST.replace(
@@ -129,6 +131,7 @@ def test_pairs_leave_out_rows_with_an_error_in_either_variant(strategies: pytest
     assert len(pairs) == 3  # every pair of three variants
 
 
+@pytest.mark.plugin
 def test_variant_items_select_like_any_test(strategies: pytest.Pytester) -> None:
     result = strategies.runpytest("data/smoke.jsonl", *VARIANTS, "-k", "signal and (q1 or q2)", "--geo-report",
                                   "r.json")
@@ -140,6 +143,7 @@ def test_variant_items_select_like_any_test(strategies: pytest.Pytester) -> None
     assert calls.count("ranker") == 2 * 2  # deselected variants cost nothing
 
 
+@pytest.mark.plugin
 def test_thresholds_apply_per_variant(strategies: pytest.Pytester) -> None:
     result = strategies.runpytest("data/smoke.jsonl", *VARIANTS, "--geo-min-score", "data/smoke.jsonl[keep]=0.5",
                                   "--geo-min-score", "data/smoke.jsonl[signal]=1.5")
@@ -156,6 +160,7 @@ def test_thresholds_apply_per_variant(strategies: pytest.Pytester) -> None:
     assert "FAILED rewriter[signal]::threshold" not in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_baseline_matches_variant_rows_by_node_id(strategies: pytest.Pytester) -> None:
     strategies.runpytest("data/smoke.jsonl", *VARIANTS, "--geo-report", "before.json").assert_outcomes(passed=16)
     result = strategies.runpytest("data/smoke.jsonl", *VARIANTS, "--geo-baseline", "before.json",
@@ -165,6 +170,7 @@ def test_baseline_matches_variant_rows_by_node_id(strategies: pytest.Pytester) -
     assert compared == {"data/smoke.jsonl[keep]": 8, "data/smoke.jsonl[signal]": 8}
 
 
+@pytest.mark.plugin
 def test_variants_from_the_ini_and_outside_a_project_with_prompts(pytester: pytest.Pytester,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """No prompts/ of its own (the packaged prompts), variants named in the ini relative
@@ -188,6 +194,7 @@ def test_variants_from_the_ini_and_outside_a_project_with_prompts(pytester: pyte
     result.assert_outcomes(passed=8)
 
 
+@pytest.mark.plugin
 def test_a_directory_variant_overrides_the_rewriters_prompts_only(strategies: pytest.Pytester) -> None:
     variant = copy_prompts(strategies.path / "v2")  # egeo init's layout, then an edit
     (variant / "rewriter_system.txt").write_text("You are the v2 rewriter. Answer JSON.\n", encoding="utf-8")
@@ -204,6 +211,7 @@ def test_a_directory_variant_overrides_the_rewriters_prompts_only(strategies: py
     assert "KEEP" in keep_calls[1]["messages"][1]["content"]
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(
     ("setup", "args", "expected"),
     [
@@ -221,7 +229,7 @@ def test_a_directory_variant_overrides_the_rewriters_prompts_only(strategies: py
          "change the rewriter's prompts only, never the ranker's (the judge)"),
         ({"a.txt": "{{title}} {{description}}"}, ("--geo-variant", "a=a.txt", "--geo-variant", "a=a.txt"),
          "ERROR: --geo-variant: variant 'a' is given twice"),
-        ({}, ("--geo-variant", "no-path"), "*--geo-variant: 'no-path' is not NAME=PATH"),
+        ({}, ("--geo-variant", "no-path"), "*--geo-variant: 'no-path' is not NAME=PATH, nor the name of a packaged style (authoritative, *"),
         ({}, ("--geo-variant", "a b=x.txt"), "*variant name 'a b' may use only letters, digits*"),
     ],
 )
@@ -238,13 +246,15 @@ def test_a_broken_variant_is_a_usage_error_naming_the_file(
     assert not (strategies.path / "calls.json").exists() or json.loads((strategies.path / "calls.json").read_text()) == []
 
 
+@pytest.mark.plugin
 def test_a_bad_ini_variant_line_is_a_usage_error(strategies: pytest.Pytester) -> None:
     strategies.makeini("[pytest]\ngeo_variants =\n    keep = keep.txt\n    nonsense\n")
     result = strategies.runpytest("data/smoke.jsonl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: ini option geo_variants: 'nonsense' is not NAME=PATH"])
+    result.stderr.fnmatch_lines(["ERROR: ini option geo_variants: 'nonsense' is not NAME=PATH, nor the name of a packaged style*"])
 
 
+@pytest.mark.plugin
 def test_calls_per_row_are_one_plus_two_per_variant_over_http(served_project: GeoProject) -> None:
     """The real openai SDK against the loopback server, no cache: its request count."""
     served_project.dataset(5)
@@ -263,6 +273,7 @@ def test_calls_per_row_are_one_plus_two_per_variant_over_http(served_project: Ge
     assert len(server.requests) == 5 * 3  # without variants: as before
 
 
+@pytest.mark.plugin
 def test_repeats_share_each_orders_across_variants(strategies: pytest.Pytester) -> None:
     # The position-biased judge, and the KEEP strategy on top of it.
     strategies.makeconftest(POSITION_CONFTEST.replace("return PositionBiased()", "return Strategies()")
@@ -286,6 +297,7 @@ def test_repeats_share_each_orders_across_variants(strategies: pytest.Pytester) 
     assert len(orders_seen) > 8  # orders differ per row and repeat
 
 
+@pytest.mark.plugin
 def test_judge_noise_floor_beside_the_gain(geo_project: pytest.Pytester) -> None:
     geo_project.makeconftest(POSITION_CONFTEST)
     result = geo_project.runpytest("data/smoke.jsonl", "--geo-repeats", "4", "--geo-report", "r.json")
@@ -319,6 +331,7 @@ def _stable(report: dict[str, Any]) -> dict[str, Any]:
     return {key: report[key] for key in ("suites", "rows", "variants", "geo")}
 
 
+@pytest.mark.xdist
 def test_xdist_gives_the_same_report(strategies: pytest.Pytester) -> None:
     args = ("data/smoke.jsonl", *VARIANTS, "--geo-repeats", "2")
     strategies.runpytest(*args, "-p", "no:xdist", "--geo-report", "one.json").assert_outcomes(passed=16)
@@ -336,6 +349,7 @@ def _variant_rows(tmp_path: Path, variants: list[str]) -> tuple[Settings, list[G
     return settings, [replace(r, variant=v) for r in rows for v in variants]
 
 
+@pytest.mark.unit
 def test_shared_ranks_are_dropped_once_every_variant_ended(tmp_path: Path) -> None:
     settings, rows = _variant_rows(tmp_path, ["keep", "signal"])
     client = _Keep()
@@ -349,6 +363,7 @@ def test_shared_ranks_are_dropped_once_every_variant_ended(tmp_path: Path) -> No
     assert [o.rank_improvement for o in outcomes] == [0, 2] * 8
 
 
+@pytest.mark.unit
 def test_rank_before_is_shared_when_variants_start_apart(tmp_path: Path) -> None:
     """Concurrency 1: a row's second variant starts only after the first ended (as when
     other rows sit between them); it still reuses the first one's rank_before."""

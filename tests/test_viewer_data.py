@@ -9,6 +9,8 @@ import pytest
 
 from pytest_geo.report.viewer_data import ADDED, REMOVED, SAME, script_json, viewer_data, word_diff
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("before", "after"), [
     ("Steel, 1.7 litres.", "Top match. Steel kettle, 1.7 litres!"),

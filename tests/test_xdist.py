@@ -4,6 +4,7 @@ as a single process."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 from test_reporting import transcript_lines
+
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, copy_prompts
 
 pytest.importorskip("xdist")
 
@@ -83,6 +86,7 @@ def run(project: pytest.Pytester, workers: str, name: str) -> pytest.RunResult:
     )
 
 
+@pytest.mark.xdist
 def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> None:
     single = run(project, "0", "single")
     spread = run(project, "2", "spread")
@@ -113,6 +117,7 @@ def test_workers_report_what_one_process_reports(project: pytest.Pytester) -> No
     assert properties[1]["test_answer.answer::train[4]"] == {"score": "0.0", "feedback": "error: ValueError: no answer for 4"}
 
 
+@pytest.mark.plugin
 def test_plugin_works_without_xdist(geo_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     code = (
@@ -147,7 +152,7 @@ def pytest_sessionfinish(session):
 '''
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_project: pytest.Pytester,
                                                                        workers: str) -> None:
     geo_project.makeconftest(PROPERTIES_CONFTEST)
@@ -161,3 +166,46 @@ def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_proje
     assert seen[True]["data/smoke.jsonl::q2"] == [
         ["score", 2.0], ["rank_before", 3], ["rank_after", 1], ["rank_improvement", 2], ["feedback", "rank 3 -> 1"]]
     assert junit_properties(geo_project.path / "j.xml")["data.smoke.jsonl::q2"]["rank_after"] == "1"
+
+
+# --- colliding names -----------------------------------------------------------------------
+
+
+def without_timings(report: dict[str, Any]) -> dict[str, Any]:
+    report = dict(report)
+    report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
+    report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
+    report.pop("concurrency")  # the workers' limits add up: it differs by design (test_xdist.py)
+    report["transcripts"] = {k: v for k, v in report["transcripts"].items() if k != "path"}  # each names its own
+    return report
+
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+@pytest.mark.xdist
+def test_colliding_names_keep_each_row_its_own_data_with_and_without_workers(pytester: pytest.Pytester) -> None:
+    """Query ids `q1`, `q1`, `q1@line2`, a row without an id on line 4 and `line4`: each
+    row keeps its own target and ranks, and -n 2 reports what one process reports."""
+    pytest.importorskip("xdist")
+    copy_prompts(pytester.path / "prompts")
+    shutil.copy(CORPUS / "datasets" / "colliding_names.jsonl", pytester.path / "rows.jsonl")
+    source = [json.loads(line) for line in (pytester.path / "rows.jsonl").read_text().splitlines()]
+    reports = []
+    for workers in ("0", "2"):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-mock",
+                                               "--geo-report", f"r{workers}.json")
+        result.assert_outcomes(passed=len(source))
+        reports.append(json.loads((pytester.path / f"r{workers}.json").read_text()))
+    assert without_timings(reports[0]) == without_timings(reports[1])
+    rows = reports[0]["rows"]
+    assert len({r["nodeid"] for r in rows}) == len(source)
+    for workers in ("0", "2"):  # one transcript per row, under its own node id
+        lines = transcript_lines(pytester.path / f"r{workers}.json")
+        assert sorted(t["nodeid"] for t in lines) == sorted(r["nodeid"] for r in rows)
+    for row in rows:
+        line = source[row["line"] - 1]
+        assert row["target_id"] == line["target_id"]
+        # The descriptions are alike and the target is listed last: the mock (the E-GEO
+        # harness's) counts the ranker prompt's closing line into the last description.
+        assert (row["rank_before"], row["rank_after"]) == (1, 1)

@@ -62,6 +62,7 @@ def results(project: GeoProject, name: str) -> tuple[Any, list[Any]]:
     return report["geo"], rows
 
 
+@pytest.mark.xdist
 def test_workers_run_queued_rows_concurrently(served_project: GeoProject) -> None:
     # --dist load hands each worker 48 // 2 // 4 = 6 rows at first. Looking ahead to
     # `nextitem` only would put at most 2 rows (4 requests) in flight per worker, 8 in
@@ -81,6 +82,7 @@ def test_workers_run_queued_rows_concurrently(served_project: GeoProject) -> Non
     assert results(served_project, "spread") == results(served_project, "single")
 
 
+@pytest.mark.xdist
 def test_the_issue_case_more_than_two_requests_per_worker(served_project: GeoProject) -> None:
     # The issue's numbers: without lookahead 2 workers x 2 requests was the most.
     served_project.server.latency = 0.1
@@ -107,6 +109,7 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.xdist
 def test_worksteal_runs_every_row_once(served_project: GeoProject) -> None:
     # worksteal gives rows 0-7 to one worker and 8-15 to the other. Rows 8-15 are slow,
     # so the first worker runs out of work and steals from the second.
@@ -167,6 +170,7 @@ def rows(pytester: pytest.Pytester) -> list[pytest.Item]:
     return items
 
 
+@pytest.mark.plugin
 def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> None:
     def config_with(interactor: Any) -> Any:
         config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugins=lambda: [object(), interactor]))
@@ -186,6 +190,7 @@ def test_unknown_queue_shapes_fall_back_to_nextitem(rows: list[pytest.Item]) -> 
         geo.close()
 
 
+@pytest.mark.plugin
 def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.Item]) -> None:
     geo = session_over(MockClient(), concurrency=2)  # 4 rows ahead
     scheduled: list[int] = []
@@ -207,6 +212,7 @@ def test_a_row_seen_twice_ahead_is_scheduled_and_counted_once(rows: list[pytest.
         geo.close()
 
 
+@pytest.mark.plugin
 def test_rows_a_sequential_decision_made_unwanted_are_never_scheduled_ahead(rows: list[pytest.Item]) -> None:
     geo = session_over(MockClient(), concurrency=2)  # 4 rows ahead
     queue = xdist_remote.TestQueue(execnet.gateway_base.get_execmodel("thread"))

@@ -8,7 +8,7 @@ import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
@@ -50,11 +50,8 @@ def _texts(candidates: Iterable[Any]) -> tuple[str, ...]:
 
 
 def _candidates(flat: tuple[str, ...]) -> tuple[Candidate, ...]:
-    """Candidates from their texts, three a candidate (`_texts`, a packed row's):
-    `Candidate._make` without its Python frame per candidate (paid on every row's
-    unpacking and parsing)."""
-    texts = iter(flat)  # read three at a time: id, title, description
-    return tuple(map(tuple.__new__, repeat(Candidate), zip(texts, texts, texts, strict=True)))
+    """Candidates from their texts, three a candidate (`_texts`, a packed row's)."""
+    return tuple(Candidate._make(flat[i:i + 3]) for i in range(0, len(flat), 3))
 
 
 def _pack(path: str, line: int, query: str, flat: tuple[str, ...], target_id: str, query_id: str | None,
@@ -204,68 +201,23 @@ class DuplicateKey(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)  # in C; a key given twice leaves fewer entries than pairs
-    if len(result) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)  # the first key seen twice
-            seen.add(key)
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(key)  # the first key seen twice
+        result[key] = value
     return result
 
 
-# One decoder of each kind for every line: `json.loads(text, object_pairs_hook=...)` builds
-# a new one (and its scanner) per call.
+# One decoder for every line: `json.loads(text, object_pairs_hook=...)` builds a new one per call.
 _ROW_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
-_PLAIN_DECODER = json.JSONDecoder()
 
 
-def _loads_row(text: str) -> tuple[Any, tuple[str, ...] | None]:
-    """`json.loads(text, object_pairs_hook=_unique_keys)`, with its one check of its own, and
-    the candidates' texts of a plainly valid row (`_plain_texts`; None for any other).
-
-    A line is decoded first without the hook, all in C: the hook's Python call per object
-    (eleven a row of ten candidates) is a third of the decoding. A plainly valid row stands
-    when its strings show that no key was dropped (`_decoded_strings`); any other line, and
-    any error, is decoded again with the hook, which names a repeated key or raises what
-    `json.loads` raises."""
-    if text.startswith("\ufeff"):
+def _loads_row(text: str) -> Any:
+    """`json.loads(text)`, refusing a key given twice in one object (DuplicateKey)."""
+    if text.startswith("\ufeff"):  # as json.loads words it (the decoder itself does not check)
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    try:
-        obj = _PLAIN_DECODER.decode(text)
-    except (ValueError, RecursionError):
-        pass
-    else:
-        flat = _plain_texts(obj)
-        if flat is not None and _decoded_strings(obj, flat) == _strings_in(text):
-            return obj, flat
-    obj = _ROW_DECODER.decode(text)
-    return obj, _plain_texts(obj)
-
-
-def _decoded_strings(obj: dict[str, Any], flat: tuple[str, ...]) -> int:
-    """The keys and string values of a plainly valid row's object and of its candidates.
-
-    Each stands for a string of its own in the line, so there are at most as many as the
-    line holds (`_strings_in`), and fewer when a repeated key was dropped (one of its
-    spellings is a string nothing decoded stands for) or when strings sit elsewhere
-    (nested in an extra field). Equal counts prove that no key repeats in the line."""
-    candidates: list[dict[str, Any]] = obj["candidates"]
-    keys = sum(map(len, candidates))
-    count = len(obj) + list(map(type, obj.values())).count(str) + keys
-    if keys == len(flat):  # three keys a candidate: its texts, strings all
-        return count + len(flat)
-    return count + list(map(type, chain.from_iterable(map(dict.values, candidates)))).count(str)
-
-
-def _strings_in(text: str) -> int | None:
-    """How many strings a valid JSON text holds: its quotes, less the escaped ones, in
-    pairs; None when a backslash is escaped (`\\\\`), where `\\"` may end a string."""
-    if "\\" not in text:
-        return text.count('"') // 2
-    if "\\\\" in text:
-        return None
-    return (text.count('"') - text.count('\\"')) // 2
+    return _ROW_DECODER.decode(text)
 
 
 Row = TypeVar("Row", GeoRow, PackedRow)
@@ -286,71 +238,104 @@ def packed_row(path: str, line: int, query: str, flat: tuple[str, ...], target_i
     return PackedRow(line, query_id, _pack(path, line, query, flat, target_id, query_id, target_was_chosen, None))
 
 
+class _Refused(Exception):
+    """A line's problem, worded: raised by the checks below, made a RowProblem by parse_line."""
+
+
 def parse_line(path: str, line_no: int, raw: bytes, choose: Callable[[int], int],
                make: RowMaker[Row]) -> Row | RowProblem | None:
     """One physical line -> a row (as `make` builds it), a problem, or None for a blank
     line; `choose` draws a missing target's index (called for every JSON line the harness
     draws for, valid or not)."""
     try:
+        text = _text_of(raw)
+        if not text.strip():
+            return None
+        obj = _json_of(text)
+    except _Refused as problem:
+        return RowProblem(path, line_no, str(problem))
+    drawn = _draw(obj, choose)
+    query_id = _query_id(obj)
+    try:
+        flat = _row_texts(obj)
+        ids = flat[::3]
+        target = _target(obj, ids)
+    except _Refused as problem:
+        return RowProblem(path, line_no, str(problem), query_id)
+    # drawn: set when target is None
+    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
+                query_id, target is None)
+
+
+def _text_of(raw: bytes) -> str:
+    try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return RowProblem(path, line_no, f"invalid UTF-8 at byte {exc.start}")
-    text = text.removeprefix("\ufeff")  # also on later lines: files joined with `cat`
-    if not text.strip():
-        return None
+        raise _Refused(f"invalid UTF-8 at byte {exc.start}") from None
+    return text.removeprefix("\ufeff")  # also on later lines: files joined with `cat`
+
+
+def _json_of(text: str) -> Any:
+    """The line's JSON value; _Refused for invalid JSON, a repeated key or a lone surrogate."""
     try:
-        obj, flat = _loads_row(text)
+        obj = _loads_row(text)
     except DuplicateKey as exc:
-        return RowProblem(path, line_no, f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object")
+        raise _Refused(f"duplicate key {shorten(repr(exc.args[0]), 60)} in one object") from None
     except json.JSONDecodeError as exc:
-        if exc.msg.startswith("Unterminated string"):
-            return RowProblem(
-                path, line_no, f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)"
-            )
-        if exc.pos >= len(text.rstrip()):
-            return RowProblem(path, line_no, f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}")
-        if exc.msg == "Extra data":
-            return RowProblem(
-                path, line_no, f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
-            )
-        # json's own message can end in "at" ("Invalid control character at")
-        return RowProblem(path, line_no, f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}")
+        raise _Refused(_json_problem(exc, text)) from None
     except RecursionError:
-        return RowProblem(path, line_no, "invalid JSON: nested too deeply")
+        raise _Refused("invalid JSON: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         reason = "a number with too many digits" if "digits" in str(exc) else shorten(str(exc), 80)
-        return RowProblem(path, line_no, f"invalid JSON: {reason}")
+        raise _Refused(f"invalid JSON: {reason}") from None
     try:
         if "\\u" in text:  # a lone surrogate can only come from a \uD8xx escape
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
-        return RowProblem(
-            path, line_no, f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string"
-        )
-    drawn = _draw(obj, choose)
-    query_id = _query_id(obj)
-    plain = flat is not None
-    if flat is None:
+        raise _Refused(
+            f"invalid Unicode: a lone surrogate escape (\\u{ord(exc.object[exc.start]):04x}) in a string") from None
+    return obj
+
+
+def _json_problem(exc: json.JSONDecodeError, text: str) -> str:
+    if exc.msg.startswith("Unterminated string"):
+        return f"invalid JSON: unterminated string from column {exc.colno} (truncated line?)"
+    if exc.pos >= len(text.rstrip()):
+        return f"invalid JSON: the line ends inside a value (truncated line?): {exc.msg}"
+    if exc.msg == "Extra data":
+        return f"invalid JSON: more than one value on the line (extra data from column {exc.colno})"
+    # json's own message can end in "at" ("Invalid control character at")
+    return f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
+
+
+def _row_texts(obj: Any) -> tuple[str, ...]:
+    """The candidates' texts (id, title, description, three a candidate) of a valid row;
+    _Refused naming what the schema, or the rules it cannot state, find wrong."""
+    flat = _plain_texts(obj)
+    if flat is not None:
+        ids = flat[::3]
+    else:
         error = first_error("geo_row.schema.json", obj)
         if error is not None:
-            return RowProblem(path, line_no, _schema_problem(error), query_id)
+            raise _Refused(_schema_problem(error))
         flat = _texts(obj["candidates"])
-    ids = flat[::3]
-    # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
-    padded = None if plain else next((n for n, i in enumerate(ids) if i != i.strip()), None)
-    if padded is not None:
-        return RowProblem(path, line_no, _padded_id(f"candidates[{padded}].id", ids[padded]), query_id)
+        ids = flat[::3]
+        # the schema's pattern, where Python's `$` lets a final newline through (the plain check has it)
+        padded = next((n for n, i in enumerate(ids) if i != i.strip()), None)
+        if padded is not None:
+            raise _Refused(_padded_id(f"candidates[{padded}].id", ids[padded]))
     if len(set(ids)) < len(ids):
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        return RowProblem(path, line_no, f"duplicate candidate ids: {', '.join(duplicates)}", query_id)
-    target = obj.get("target_id") or None  # null and "" are absent, as in the harness
+        raise _Refused(f"duplicate candidate ids: {', '.join(duplicates)}")
+    return flat
+
+
+def _target(obj: dict[str, Any], ids: tuple[str, ...]) -> str | None:
+    """The row's target id; None when it has none (absent, null or "", as in the harness)."""
+    target = obj.get("target_id") or None
     if target is not None and target not in ids:
-        return RowProblem(
-            path, line_no, f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})", query_id
-        )
-    # drawn: set when target is None
-    return make(path, line_no, obj["query"], flat, target if target is not None else ids[drawn or 0],
-                query_id, target is None)
+        raise _Refused(f"target_id {target!r} is not among the candidate ids ({', '.join(ids)})")
+    return target
 
 
 def _padded_id(where: str, value: str) -> str:
@@ -426,14 +411,30 @@ def read_lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
             yield line_no, raw.rstrip(b"\r\n")
 
 
+# A dataset is a JSONL file of rows, or an E-GEO benchmark data file (data/egeo_data.py).
+DATASET_SUFFIXES = (".jsonl", ".json")
+
+
+def is_dataset_path(path: str) -> bool:
+    return path.endswith(DATASET_SUFFIXES)
+
+
 def iter_dataset(path: Path | str, seed: int, display: str | None = None) -> Iterator[DatasetLine]:
     """Yield each non-blank line of a JSONL file as a row or a problem, lazily, in file
-    order (the seeded target choice depends on it)."""
+    order (the seeded target choice depends on it); an E-GEO data file's queries."""
+    from pytest_geo.data.egeo_data import is_egeo_data, iter_egeo
+
+    if is_egeo_data(path):
+        return iter_egeo(path, display)
     return _iter_lines(path, seed, display, geo_row)
 
 
 def iter_packed(path: Path | str, seed: int, display: str | None = None) -> Iterator[CollectedLine]:
     """`iter_dataset` with each row packed as read (PackedRow), as collection keeps it."""
+    from pytest_geo.data.egeo_data import is_egeo_data, iter_egeo
+
+    if is_egeo_data(path):
+        return map(packed_line, iter_egeo(path, display))
     return _iter_lines(path, seed, display, packed_row)
 
 

@@ -38,6 +38,7 @@ class ModelCall(TypedDict, total=False):
     answer: str | None
     cached: bool
     error: str
+    judge: str  # with --geo-judge: the judge a ranker call asked
 
 
 class OutcomeFields(TypedDict, total=False):
@@ -54,6 +55,8 @@ class OutcomeFields(TypedDict, total=False):
     error: str | None
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
+    # With --geo-judge: NAME -> {rank_before, rank_after, rank_improvement, error, order_before}
+    judges: dict[str, dict[str, Any]]
     judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
     calls: list[ModelCall]  # taken out as the record arrives, into the transcripts file (report/transcripts.py)
     n_calls: int  # and how many there were, left in their place

@@ -78,7 +78,24 @@ def extract_json_object(text: str, key: str | None = None) -> dict[str, Any]:
 
     "An object anywhere" is one that starts at some `{` of the text, nested ones too. The
     search tries the places an object can start, from the end for the last one holding
-    `key` and from the start for the first one, and stops at the first found."""
+    `key` and from the start for the first one, and stops at the first found.
+
+    An object holding a lone surrogate (an escape such as `\\ud800` with no pair) is no
+    answer: no report, transcript or later request could encode its text."""
+    found = _extract(text, key)
+    if SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(found, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise AnswerError("the answer's JSON holds a lone surrogate (an escape such as \\ud800 with no pair), "
+                              "not text") from None
+    return found
+
+
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _extract(text: str, key: str | None) -> dict[str, Any]:
     whole = _loads_whole(text.strip())
     if whole is not None:
         return whole

@@ -6,10 +6,10 @@ import asyncio
 import functools
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
@@ -23,12 +23,17 @@ from pytest_geo.engine.answers import (
     parse_rewrite,
 )
 from pytest_geo.engine.facts import new_facts
+from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
 from pytest_geo.engine.shared_rank import Ranked, SharedRanks
-from pytest_geo.frozen import filled
-from pytest_geo.llm.base import ChatClient, ServerUnusable, chat_request
+from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
+from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
 from pytest_geo.scoring import Score
+from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS
 from pytest_geo.templates import placeholders, render
+
+if TYPE_CHECKING:
+    from pytest_geo.engine.panel import JudgeOutcome
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -42,8 +47,8 @@ class GeoOutcome:
 
     query_id: str | None
     target_id: str
-    rank_before: int | None = None
-    rank_after: int | None = None
+    rank_before: float | None = None  # with judges, the means over those that scored the row
+    rank_after: float | None = None
     rewritten_description: str | None = None
     error: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -52,9 +57,11 @@ class GeoOutcome:
     # for the HTML report's transcripts; plain dicts, since records cross processes.
     calls: tuple[ModelCall, ...] = field(default=(), repr=False, compare=False)
     not_run: bool = False  # the model server was found unusable: no result, not an error
+    # With --geo-judge: each judge's cell (engine/panel.py), in the judges' order.
+    judges: tuple[JudgeOutcome, ...] = ()
 
     @property
-    def rank_improvement(self) -> int | None:
+    def rank_improvement(self) -> float | None:
         if self.error is not None or self.rank_before is None or self.rank_after is None:
             return None
         return self.rank_before - self.rank_after
@@ -64,6 +71,8 @@ class GeoOutcome:
         if self.error is not None:
             return f"error: {self.error}"
         text = f"rank {self.rank_before} -> {self.rank_after}"
+        if self.judges:
+            text = "; ".join(f"{j.name}: rank {j.rank_before} -> {j.rank_after}" for j in self.judges)
         facts = [f"new facts: {', '.join(self.fact_violations)}"] if self.fact_violations else []
         return "; ".join([text, *self.notes, *facts])
 
@@ -75,7 +84,7 @@ class GeoOutcome:
     def record(self) -> OutcomeFields:
         """This outcome's part of the row's record (plain types only: it crosses processes)."""
         score = self.score()  # its feedback is `feedback`, made once
-        return OutcomeFields(
+        fields = OutcomeFields(
             query_id=self.query_id,
             target_id=self.target_id,
             rank_before=self.rank_before,
@@ -88,6 +97,9 @@ class GeoOutcome:
             fact_violations=list(self.fact_violations),
             calls=list(self.calls),
         )
+        if self.judges:
+            fields["judges"] = {j.name: j.record() for j in self.judges}
+        return fields
 
 
 def candidate_values(
@@ -196,6 +208,8 @@ class GeoEngine:
         strict_facts: bool = False,
         max_output_tokens: int | None = None,
         cap_flag: str = "--geo-max-output-tokens",
+        judges: Sequence[Judge] = (),
+        reasoning_effort: str | None = None,
     ) -> None:
         self.prompts = prompts
         self.client = client
@@ -203,8 +217,10 @@ class GeoEngine:
         self.temperature = temperature
         self.reasks = reasks
         self.strict_facts = strict_facts  # a rewrite with new facts is the row's error
-        self.max_output_tokens = max_output_tokens  # sent on every call
+        self.max_output_tokens = max_output_tokens  # sent on every call; None: sized to each answer
+        self.reasoning_effort = reasoning_effort  # which models reason (they keep the default cap)
         self.cap_flag = cap_flag  # the flag that sets it, named when an answer is cut at it
+        self.judges = tuple(judges)  # a panel (engine/panel.py); empty: the ranker alone
 
     async def ask(
         self,
@@ -216,19 +232,31 @@ class GeoEngine:
         calls: list[ModelCall] | None = None,
         step: str = "",
         schema: Mapping[str, Any] | None = None,
+        judge: Judge | None = None,
+        model: str | None = None,
+        answer_bytes: int | None = None,
     ) -> T:
         """Ask (for an answer in `schema`'s shape, when given), parse, and on an answer
         that does not parse ask again with the problem stated. An answer cut at the
         output-token cap, or over the answer size cap, fails at once (UnusableAnswer).
 
         Every call goes through here, so this is where a row's transcript is kept: each
-        attempt's messages and raw answer are appended to `calls` when it is given."""
+        attempt's messages and raw answer are appended to `calls` when it is given.
+        A `judge` asks with its own model, temperature and output cap; `model` names
+        another model for the role (a variant's rewriter)."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        model = model or self.models[role]
+        temperature, cap = self.temperature, self.output_cap(model, answer_bytes)
+        if judge is not None:
+            model = judge.model
+            temperature = judge.temperature if judge.temperature is not None else temperature
+            cap = judge.max_output_tokens or self.output_cap(model, answer_bytes)
         for attempt in range(self.reasks + 1):
-            request = chat_request(role, self.models[role], tuple(messages), self.temperature, context,
-                                   self.max_output_tokens, schema)
+            request = ChatRequest(role, model, tuple(messages), temperature, context, cap, schema)
             call: ModelCall = {"step": step or role, "role": role, "model": request.model, "attempt": attempt,
                                "messages": [dict(m) for m in messages], "answer": None, "cached": False}
+            if judge is not None:
+                call["judge"] = judge.name
             if calls is not None:
                 calls.append(call)
             try:
@@ -240,7 +268,7 @@ class GeoEngine:
                 raise
             call["answer"], call["cached"] = kept_answer(response.text), response.cached
             try:
-                check_answer(role, response, self.max_output_tokens, self.cap_flag)
+                check_answer(role, response, cap, self.cap_flag)
             except UnusableAnswer as exc:
                 call["error"] = str(exc)
                 raise
@@ -255,30 +283,51 @@ class GeoEngine:
                 ]
         raise AssertionError("unreachable")
 
+    def output_cap(self, model: str, answer_bytes: int | None) -> int:
+        """The cap the user set, else one sized to the answer (`answer_bytes` of content;
+        None: the default cap), see llm/profiles.py."""
+        if self.max_output_tokens is not None:
+            return self.max_output_tokens
+        if answer_bytes is None:
+            return DEFAULT_MAX_OUTPUT_TOKENS
+        return sized_cap(model, self.reasoning_effort, answer_bytes, DEFAULT_MAX_OUTPUT_TOKENS)
+
     def shown(self, candidates: tuple[Candidate, ...]) -> Shown:
         """`candidates` as this engine's ranker templates show them."""
-        return Shown.of(candidates, _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user))
+        systems = [j.system_text for j in self.judges if j.system_text is not None]
+        return Shown.of(candidates, _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user,
+                                                       *systems))
 
     async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
                    calls: list[ModelCall] | None = None, step: str = "rank") -> int:
         """1-based rank of the row's target among `candidates` (or as `shown`)."""
+        ordered = await self.ranking(row, candidates, calls, step)
+        return ordered.index(row.target_id) + 1
+
+    def ranking(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
+                calls: list[ModelCall] | None = None, step: str = "rank",
+                judge: Judge | None = None) -> Awaitable[list[str]]:
+        """The candidates' ids as the ranker (or `judge`) orders them, best first (the
+        `ask` itself, returned: no coroutine of its own on every rank)."""
         shown = candidates if isinstance(candidates, Shown) else self.shown(candidates)
         values = shown.values(row.query, row.query_id)
         ids = shown.ids
-        ordered = await self.ask(
+        system = judge.system_text if judge is not None and judge.system_text is not None else None
+        return self.ask(
             "ranker",
-            render(self.prompts.ranker_system, values),
+            render(system if system is not None else self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
             {"query": row.query, "candidates": candidate_dicts(shown.candidates)},
             lambda text: parse_ranking(text, ids),
             calls,
             step,
             shown.schema,
+            judge,
+            answer_bytes=ranking_bytes(ids),
         )
-        return ordered.index(row.target_id) + 1
 
     async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None,
-                      calls: list[ModelCall] | None = None) -> str:
+                      calls: list[ModelCall] | None = None, model: str | None = None) -> str:
         prompts = prompts or self.prompts
         target = row.target
         values = {
@@ -298,6 +347,8 @@ class GeoEngine:
             calls,
             "rewrite",
             rewrite_schema(),
+            model=model,
+            answer_bytes=rewrite_bytes(target.description),
         )
 
     async def run(
@@ -305,6 +356,7 @@ class GeoEngine:
         row: GeoRow,
         prompts: PromptSet | None = None,
         rank_before: Awaitable[int] | None = None,
+        rewriter_model: str | None = None,
     ) -> GeoOutcome:
         """The whole experiment; anything that goes wrong becomes the outcome's error.
 
@@ -326,7 +378,7 @@ class GeoEngine:
             shown = self.shown(row.candidates)  # rank_after's too, but the target's description
             before_task = rank_before if rank_before is not None else self.rank(
                 row, shown, before_calls, "rank_before")
-            before, text = await together(before_task, self.rewrite(row, prompts, rewrite_calls))
+            before, text = await together(before_task, self.rewrite(row, prompts, rewrite_calls, rewriter_model))
             rewritten, violations = text, fact_violations(row, text)
             after = await self.rank(row, shown.rewritten(row.target_id, text), after_calls, "rank_after")
             if self.strict_facts and violations:
@@ -338,60 +390,35 @@ class GeoEngine:
         calls = (*before_calls, *rewrite_calls, *after_calls)
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
-        return _outcome(row.query_id, row.target_id, before, after, rewritten, error, violations, calls, not_run)
-
-
-def _outcome(query_id: str | None, target_id: str, rank_before: int | None, rank_after: int | None,
-             rewritten_description: str | None, error: str | None, fact_violations: tuple[str, ...],
-             calls: tuple[ModelCall, ...], not_run: bool) -> GeoOutcome:
-    """`GeoOutcome(...)` of a row's run (no notes), `filled` in directly: one a row."""
-    return filled(GeoOutcome, {"query_id": query_id, "target_id": target_id, "rank_before": rank_before,
-                               "rank_after": rank_after, "rewritten_description": rewritten_description,
-                               "error": error, "notes": (), "fact_violations": fact_violations, "calls": calls,
-                               "not_run": not_run})
+        return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
+                          fact_violations=violations, calls=calls, not_run=not_run)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-    """Both at once: `first` in a task of its own, `second` in the caller's task (one task
-    and no `asyncio.wait` a row: on the mock those cost more than a model call), started
-    in the order two tasks would start (`first`, then `second`, a row after another: the
-    order requests reach the server, a batch or the budget). When one fails the other is
-    cancelled: `asyncio.gather` would leave it running, still sending calls (and
-    retries) for a row that has already failed. When both fail, `first`'s error is raised."""
-    this = asyncio.current_task()
-    if this is None:
-        raise RuntimeError("together() runs inside a task")
-    one = asyncio.ensure_future(first)
-    second_running = True
-    stopped = False
-
-    def stop_second(task: asyncio.Future[A]) -> None:  # `first` failed while `second` runs here
-        nonlocal stopped
-        if second_running and not task.cancelled() and task.exception() is not None:
-            stopped = True
-            this.cancel()
-
-    one.add_done_callback(stop_second)
-    started = False
+    """Both at once, in a task group, `first` started first (the order requests reach the
+    server, a batch or the budget). When one fails the other is cancelled
+    (`asyncio.gather` would leave it running, still sending calls and retries for a row
+    that has already failed) and its error is raised as itself; `first`'s when both fail."""
     try:
-        await asyncio.sleep(0)  # `first` takes its first step, where a task started now would
-        started = True
-        two = await second
-    except BaseException as exc:
-        second_running = False
-        if not started and inspect.iscoroutine(second):
-            second.close()  # never started: no "never awaited" warning
-        # Cancelled by stop_second alone (not the row itself): `first` failed, and its error is the row's.
-        ours = stopped and this.uncancel() == 0
-        if not one.done():
-            one.cancel()
-        await asyncio.wait((one,))
-        error = None if one.cancelled() else one.exception()  # retrieved either way: asyncio logs one left unread
-        if error is not None and (ours or not isinstance(exc, asyncio.CancelledError)):
-            raise error from None
-        raise  # `second`'s own error, or the row's cancellation
-    second_running = False
-    return await one, two
+        async with asyncio.TaskGroup() as group:
+            one = group.create_task(_coroutine(first))
+            two = group.create_task(_coroutine(second))
+    except ExceptionGroup as failed:
+        errors = [task.exception() for task in (one, two) if task.done() and not task.cancelled()]
+        raise next((error for error in errors if error is not None), failed.exceptions[0]) from None
+    return one.result(), two.result()
+
+
+def _coroutine(awaitable: Awaitable[T]) -> Coroutine[Any, Any, T]:
+    """A coroutine as it is (one cancelled before it started is then not "never awaited"),
+    any other awaitable (a shared future) in one."""
+    if inspect.iscoroutine(awaitable):
+        return awaitable
+    return _awaited(awaitable)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
 
 
 def fact_violations(row: GeoRow, rewritten: str) -> tuple[str, ...]:
@@ -425,7 +452,7 @@ class RepeatedOutcome:
     def error(self) -> str | None:
         return next((f"repeat {i}: {o.error}" for i, (_, o) in enumerate(self.runs) if o.error is not None), None)
 
-    def _mean(self, values: list[int | None]) -> float | None:
+    def _mean(self, values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return sum(known) / len(known) if known else None
 
@@ -446,7 +473,7 @@ class RepeatedOutcome:
     def record(self) -> OutcomeFields:
         """Means at the top (errored repeats count 0.0 in `score`), every repeat kept."""
         runs = [o for _, o in self.runs]
-        return OutcomeFields(
+        fields = OutcomeFields(
             query_id=self.query_id,
             target_id=self.target_id,
             rank_before=self._mean([o.rank_before for o in runs]),
@@ -461,9 +488,28 @@ class RepeatedOutcome:
             repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
             judge_noise=judge_noise([o.rank_before for o in runs]),
         )
+        if runs[0].judges:
+            fields["judges"] = self._judges()
+        return fields
+
+    def _judges(self) -> dict[str, dict[str, Any]]:
+        """Each judge's means over the repeats (its first error kept; its ranking of the
+        originals from the first repeat that has one)."""
+        cells: dict[str, dict[str, Any]] = {}
+        for name in [j.name for j in self.runs[0][1].judges]:
+            mine = [j for _, o in self.runs for j in o.judges if j.name == name]
+            error = next((f"repeat {i}: {j.error}" for i, j in enumerate(mine) if j.error is not None), None)
+            cells[name] = {
+                "rank_before": self._mean([j.rank_before for j in mine]),
+                "rank_after": self._mean([j.rank_after for j in mine]),
+                "rank_improvement": None if error else self._mean([j.rank_improvement for j in mine]),
+                "error": error,
+                "order_before": next((list(j.order_before) for j in mine if j.order_before), []),
+            }
+        return cells
 
 
-def judge_noise(ranks_before: list[int | None]) -> float | None:
+def judge_noise(ranks_before: list[float | None]) -> float | None:
     """How much the judge alone moves the target: the mean absolute deviation of its
     rank_before over the repeats' candidate orders (nothing but the order changed).
     None with fewer than two known ranks."""
@@ -497,7 +543,7 @@ async def _ranked_before(engine: GeoEngine, row: GeoRow) -> Ranked:
 
 
 async def run_variant(engine: GeoEngine, row: GeoRow, prompts: PromptSet, shared: SharedRanks,
-                      repeat: int = 0) -> GeoOutcome:
+                      repeat: int = 0, rewriter_model: str | None = None) -> GeoOutcome:
     """One variant of a row: its own rewrite and rank_after, with rank_before shared by
     every variant of the row (and repeat). The shared calls head each variant's
     transcript, so every variant's row reads as a whole experiment."""
@@ -508,5 +554,5 @@ async def run_variant(engine: GeoEngine, row: GeoRow, prompts: PromptSet, shared
         before_calls.extend(ModelCall(**c) for c in calls)
         return rank
 
-    outcome = await engine.run(row, prompts, before())
+    outcome = await engine.run(row, prompts, before(), rewriter_model)
     return replace(outcome, calls=(*before_calls, *outcome.calls))

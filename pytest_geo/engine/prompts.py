@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_geo.templates import PromptError, placeholders
+from pytest_geo.templates import PromptError, from_egeo_format, placeholders
 
 # What each template may use, and what it must use to do its job.
 # {{candidates}} is the E-GEO harness's block format, {{candidates_json}} an indented JSON
@@ -72,6 +72,15 @@ def check_template(
         raise PromptError(f"{label}: missing placeholder {{{{candidates}}}} that this role needs")
 
 
+def egeo_rewriting_prompt(path: Path, text: str) -> str:
+    """A rewriter template written for E-GEO's script (`{description}`) as ours; any other
+    as it is. PromptError naming the file for one that cannot be read so."""
+    try:
+        return from_egeo_format(text)
+    except PromptError as exc:
+        raise PromptError(f"{path}: {exc}") from None
+
+
 def load_prompts(directory: Path | str) -> PromptSet:
     """Read and check a prompts directory; every problem names the file."""
     directory = Path(directory)
@@ -90,6 +99,8 @@ def load_prompts(directory: Path | str) -> PromptSet:
         except (OSError, UnicodeDecodeError) as exc:
             raise PromptError(f"{path}: cannot read prompt file: {exc}") from None
         if name in TEMPLATES:  # the meta prompts are checked where they are used (optimize-prompts)
+            if name.startswith("rewriter"):
+                text = egeo_rewriting_prompt(path, text)
             check_template(name, text, *TEMPLATES[name], directory)
         texts[name] = text
     return PromptSet(

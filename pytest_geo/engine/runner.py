@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import threading
-import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from pytest_geo.engine import gc_pace
-from pytest_geo.engine.limiter import Limiter
-from pytest_geo.engine.row_future import RowFuture
-from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse
+from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.limiter import Limiter
 
 T = TypeVar("T")
 TASK_MARGIN = 64  # rows given a task beyond twice the row limit (Runner._start_more)
@@ -23,36 +23,7 @@ TASK_MARGIN = 64  # rows given a task beyond twice the row limit (Runner._start_
 # WINDOW_FLOOR (Runner.window).
 WINDOW_PER_SLOT = 4
 WINDOW_FLOOR = 1024
-Queued = tuple[Callable[[], Awaitable[Any]], RowFuture[Any], bool]  # make, future, windowed
-
-
-class BoundedClient:
-    """At most `limit` model requests in flight at once, whoever sends them; a Limiter
-    given as `limit` can be resized meanwhile (--geo-concurrency auto), and
-    `on_success` hears how long every call that came back at its first attempt took
-    (a retried call's time is mostly the wait a 429 or an error imposed, not the server's
-    pace)."""
-
-    def __init__(self, inner: ChatClient, limit: int | Limiter,
-                 on_success: Callable[[float], None] | None = None) -> None:
-        self.inner = inner
-        self._slots = limit if isinstance(limit, Limiter) else Limiter(limit)
-        self._on_success = on_success
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        slots = self._slots
-        await slots.acquire()  # `async with` without its two coroutines a call
-        try:
-            started = time.perf_counter()
-            response = await self.inner.complete(request)
-        finally:
-            slots.release()
-        if self._on_success is not None and not response.retries:
-            self._on_success(time.perf_counter() - started)
-        return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+Queued = tuple[Callable[[], Awaitable[Any]], Future[Any], bool]  # make, future, windowed
 
 
 class Runner:
@@ -73,18 +44,18 @@ class Runner:
         self.slots = concurrency if isinstance(concurrency, Limiter) else Limiter(concurrency)
         self.window_floor = WINDOW_FLOOR if window_floor is None else window_floor
         # Insertion-ordered (a dict used as a set): cancel_pending walks it newest first.
-        self._pending: dict[RowFuture[Any], None] = {}
+        self._pending: dict[Future[Any], None] = {}
         self._lock = threading.Lock()
         # Windowed rows started and not yet consumed, the most there ever were, and whether
         # the loop stopped starting rows for the window (all under _lock: either thread).
-        self._unconsumed: set[RowFuture[Any]] = set()
+        self._unconsumed: set[Future[Any]] = set()
         self.most_unconsumed = 0
         self._window_full = False
         # Submitted rows without a task yet, rows started ahead of their turn (hasten),
         # and the tasks started and unfinished (loop thread only).
         self._queued: collections.deque[Queued] = collections.deque()
-        self._hastened: set[RowFuture[Any]] = set()
-        self._tasks: dict[RowFuture[Any], asyncio.Task[None]] = {}  # started rows' tasks
+        self._hastened: set[Future[Any]] = set()
+        self._tasks: dict[Future[Any], asyncio.Task[None]] = {}  # started rows' tasks
         self._started = 0
         self.closed = False
 
@@ -98,18 +69,18 @@ class Runner:
         with self._lock:
             return len(self._unconsumed)
 
-    def submit(self, make: Callable[[], Awaitable[T]], windowed: bool = False) -> RowFuture[T]:
+    def submit(self, make: Callable[[], Awaitable[T]], windowed: bool = False) -> Future[T]:
         """Schedule a row; it starts when a slot is free, in submission order."""
         return self.submit_many([make], windowed)[0]
 
     def submit_many(self, makers: list[Callable[[], Awaitable[T]]],
-                    windowed: bool = False) -> list[RowFuture[T]]:
+                    windowed: bool = False) -> list[Future[T]]:
         """Like `submit` for each, with one wake-up of the loop for the whole batch: at
         10,000 rows, one cross-thread call per row costs more than the mock's work.
         `windowed`: the rows count against the window until `consumed` (or cancelled)."""
         if not makers:
             return []  # no wake-up of the loop for nothing
-        futures: list[RowFuture[T]] = [RowFuture() for _ in makers]
+        futures: list[Future[T]] = [Future() for _ in makers]
         with self._lock:
             self._pending.update(dict.fromkeys(futures))
         for future in futures:
@@ -118,7 +89,7 @@ class Runner:
         self._loop.call_soon_threadsafe(self._start_all, batch)
         return futures
 
-    def hasten(self, future: RowFuture[Any], make: Callable[[], Awaitable[Any]]) -> None:
+    def hasten(self, future: Future[Any], make: Callable[[], Awaitable[Any]]) -> None:
         """A consumer is about to wait for `future` (submitted as `make`): if it is still
         queued, start it now, ahead of its turn and beyond the window (else an outcome
         taken out of submission order could wait for a place that only its own
@@ -131,7 +102,7 @@ class Runner:
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._hasten, future, make)
 
-    def consumed(self, future: RowFuture[Any]) -> None:
+    def consumed(self, future: Future[Any]) -> None:
         """The outcome was taken (or the row is no longer wanted): its window place is
         free. The loop is woken only once an eighth of the window is free again, so a
         consumer taking one outcome at a time costs no cross-thread call per row."""
@@ -178,7 +149,7 @@ class Runner:
         for make, future, _ in starting:
             self._start(make, future)
 
-    def _hasten(self, future: RowFuture[Any], make: Callable[[], Awaitable[Any]]) -> None:
+    def _hasten(self, future: Future[Any], make: Callable[[], Awaitable[Any]]) -> None:
         with self._lock:
             if future.done() or future in self._unconsumed or future in self._hastened:
                 return
@@ -187,34 +158,33 @@ class Runner:
         self._hastened.add(future)  # its queue entry is skipped when its turn comes
         self._start(make, future)
 
-    def _start(self, make: Callable[[], Awaitable[Any]], future: RowFuture[Any]) -> None:
+    def _start(self, make: Callable[[], Awaitable[Any]], future: Future[Any]) -> None:
         self._tasks[future] = self._loop.create_task(self._bounded(make, future))
         self._started += 1
 
-    async def _bounded(self, make: Callable[[], Awaitable[T]], future: RowFuture[T]) -> None:
-        """The row's task: its outcome is put on `future` here, at its end, rather than by
-        a done callback on the task (one callback and one partial fewer a row)."""
+    async def _bounded(self, make: Callable[[], Awaitable[T]], future: Future[T]) -> None:
+        """The row's task: its outcome is put on `future` here, at its end."""
         try:
             async with self.slots:
                 if future.cancelled():  # cancelled while waiting; its task's cancel may still be in flight
                     raise asyncio.CancelledError
                 result = await make()
         except asyncio.CancelledError:  # the future was cancelled (else its waiter hears CancelledError)
-            future.settle(None, concurrent.futures.CancelledError())
+            _settle(future, exception=concurrent.futures.CancelledError())
             raise
         except Exception as exc:
-            future.settle(None, exc)
+            _settle(future, exception=exc)
         except BaseException as exc:  # KeyboardInterrupt / SystemExit: the task ends with it
-            future.settle(None, exc)
+            _settle(future, exception=exc)
             raise
         else:
-            future.settle(result)
+            _settle(future, result)
         finally:
             del self._tasks[future]
             self._started -= 1
             self._start_more()
 
-    def _row_done(self, future: RowFuture[Any]) -> None:
+    def _row_done(self, future: Future[Any]) -> None:
         """A row's one done callback (on the thread that finished or cancelled it)."""
         with self._lock:
             self._pending.pop(future, None)
@@ -225,13 +195,13 @@ class Runner:
             if future in self._tasks and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self._cancel_task, future)
 
-    def _cancel_task(self, future: RowFuture[Any]) -> None:
+    def _cancel_task(self, future: Future[Any]) -> None:
         task = self._tasks.get(future)
         if task is not None:
             task.cancel()
             task.add_done_callback(functools.partial(self._cancelled_task_done, future))
 
-    def _cancelled_task_done(self, future: RowFuture[Any], _: asyncio.Task[None]) -> None:
+    def _cancelled_task_done(self, future: Future[Any], _: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never ran `_bounded`'s `finally`: its
         bookkeeping is done here instead (only then is the row still in `_tasks`)."""
         if self._tasks.pop(future, None) is not None:
@@ -269,3 +239,13 @@ class Runner:
         if not self._thread.is_alive():
             self._loop.close()
         gc_pace.release()
+
+
+def _settle(future: Future[T], result: T | None = None, exception: BaseException | None = None) -> None:
+    """Finish a row's future, unless it was cancelled meanwhile (from the main thread):
+    then its outcome is dropped."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]  # None only with an exception

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Iterable
+from concurrent.futures import Future
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, RowKey
-from pytest_geo.engine.adaptive import ConcurrencyStats
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
@@ -16,12 +16,15 @@ from pytest_geo.engine.experiment import (
     run_repeats,
     run_variant,
 )
+from pytest_geo.engine.judges import load as load_judges
+from pytest_geo.engine.panel import run_panel, shared_before
 from pytest_geo.engine.progress import RowTracker, Snapshot, snapshot
-from pytest_geo.engine.prompts import PromptSet, load_prompts
-from pytest_geo.engine.row_future import RowFuture
+from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.query_blind import run_prompts
 from pytest_geo.engine.runner import Runner
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.engine.variants import load_variants
+from pytest_geo.llm.adaptive import ConcurrencyStats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.stack import ClientStack, build_stack
 from pytest_geo.llm.usage import UsageTable
@@ -44,25 +47,24 @@ class GeoSession:
         self.settings = settings
         self.stack = stack or build_stack(settings)
         self.concurrency = self.stack.concurrency
-        self.breaker = self.stack.breaker
-        self.usage = self.stack.usage
         self.client: ChatClient = self.stack.client
         self.runner = Runner(self.concurrency.rows)
         self.rows = RowTracker()  # rows started, finished, errored and not run, for the progress line
-        self._futures: dict[RowKey, RowFuture[Outcome]] = {}
+        self._futures: dict[RowKey, Future[Outcome]] = {}
         self.shared_ranks = SharedRanks()  # rank_before per row, shared by its variants
 
     @functools.cached_property
     def prompts(self) -> PromptSet:
         """The E-GEO prompt set; raises PromptError when it is missing or broken."""
-        return load_prompts(self.settings.prompts_dir)
+        return run_prompts(self.settings)
 
     @functools.cached_property
     def engine(self) -> GeoEngine:
         settings = self.settings
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
-                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end])
+                         cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges),
+                         reasoning_effort=settings.reasoning_effort)
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:
@@ -70,11 +72,11 @@ class GeoSession:
         raises PromptError naming the variant's file."""
         return {v.name: v.prompts(self.prompts) for v in load_variants(self.settings.variants)}
 
-    def schedule(self, row: GeoRow) -> RowFuture[Outcome]:
+    def schedule(self, row: GeoRow) -> Future[Outcome]:
         future = self._futures.get(row.key)
         return future if future is not None else self.schedule_many([row])[0]
 
-    def schedule_many(self, rows: Iterable[GeoRow]) -> list[RowFuture[Outcome]]:
+    def schedule_many(self, rows: Iterable[GeoRow]) -> list[Future[Outcome]]:
         """Schedule rows not yet scheduled, with one hand-over to the runner's loop."""
         rows = list(rows)
         fresh = [row for row in rows if row.key not in self._futures]
@@ -88,13 +90,13 @@ class GeoSession:
                 future.add_done_callback(functools.partial(self._variant_done, row))
         return [self._futures[row.key] for row in rows]
 
-    def _variant_done(self, row: GeoRow, _: RowFuture[Outcome]) -> None:
+    def _variant_done(self, row: GeoRow, _: Future[Outcome]) -> None:
         self.shared_ranks.release(row)  # finished, failed or cancelled: one user fewer
 
-    def scheduled(self, row: GeoRow) -> RowFuture[Outcome] | None:
+    def scheduled(self, row: GeoRow) -> Future[Outcome] | None:
         return self._futures.get(row.key)
 
-    def needed(self, row: GeoRow) -> RowFuture[Outcome]:
+    def needed(self, row: GeoRow) -> Future[Outcome]:
         """The row's future, for a caller about to wait on it: scheduled if nobody did,
         and started now if it is still queued behind the runner's window."""
         future = self.schedule(row)
@@ -118,15 +120,34 @@ class GeoSession:
                 self.rows.finished(errored=outcome.error is not None)
 
     def _experiment(self, row: GeoRow) -> Awaitable[Outcome]:
+        if self.engine.judges:
+            return self._panel(row)
         if row.variant is not None:
             prompts = self.variant_prompts[row.variant]
+            model = self.settings.variant_models.get(row.variant)  # None: the run's rewriter
             if self.settings.repeats > 1:
                 return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed,
-                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i))
-            return run_variant(self.engine, row, prompts, self.shared_ranks)
+                                   lambda ordered, i: run_variant(self.engine, ordered, prompts, self.shared_ranks, i,
+                                                                  model))
+            return run_variant(self.engine, row, prompts, self.shared_ranks, rewriter_model=model)
         if self.settings.repeats > 1:
             return run_repeats(self.engine, row, self.settings.repeats, self.settings.seed)
         return self.engine.run(row)
+
+    def _panel(self, row: GeoRow) -> Awaitable[Outcome]:
+        """The row judged by every --geo-judge (engine/panel.py); each judge's rank_before
+        shared by the row's variants."""
+        engine, shared = self.engine, self.shared_ranks
+        prompts = self.variant_prompts[row.variant] if row.variant is not None else None
+        model = self.settings.variant_models.get(row.variant) if row.variant is not None else None
+
+        def one(ordered: GeoRow, repeat: int) -> Awaitable[GeoOutcome]:
+            before = shared_before(engine, ordered, shared, repeat) if row.variant is not None else None
+            return run_panel(engine, ordered, prompts, before, model)
+
+        if self.settings.repeats > 1:
+            return run_repeats(engine, row, self.settings.repeats, self.settings.seed, one)
+        return one(row, 0)
 
     def outcome(self, row: GeoRow) -> Outcome:
         """Wait for a row (scheduling it now if nobody did); the future is then dropped so
@@ -149,16 +170,20 @@ class GeoSession:
 
     def progress(self, selected: int) -> Snapshot:
         """Where the run is, read from the main thread while rows run."""
-        return snapshot(self.rows.counts, self.usage.usage, selected, priced=bool(self.usage.prices))
+        return snapshot(self.rows.counts, self.stack.usage_table(), selected, priced=self.stack.priced)
 
     def usage_table(self) -> UsageTable:
-        """Model usage per role. Read it after `close`."""
-        return self.usage.usage
+        """Model usage per role, over every endpoint. Read it after `close`."""
+        return self.stack.usage_table()
+
+    def usage_by_endpoint(self) -> dict[str, UsageTable]:
+        """Model usage per role of each endpoint called (`default`: the default server)."""
+        return self.stack.usage_by_endpoint()
 
     @property
     def stopped(self) -> str | None:
-        """Why the model server is no longer called (fail fast, circuit breaker), or None."""
-        return self.breaker.tripped
+        """Why a model server is no longer called (fail fast, circuit breaker), or None."""
+        return self.stack.stopped
 
     def row_limit(self) -> int:
         """Rows allowed in flight now (moves under --geo-concurrency auto)."""
@@ -166,7 +191,7 @@ class GeoSession:
 
     def request_changes(self) -> list[dict[str, object]]:
         """What the server refused and how requests changed (llm/healing.py), as plain data."""
-        return self.stack.healing.lessons_json()
+        return self.stack.request_changes()
 
     def concurrency_stats(self) -> ConcurrencyStats:
         """The concurrency reached and the 429s seen. Read it after `close`."""

@@ -13,19 +13,20 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_geo.data.dataset import GeoRow, SourceKey
 from pytest_geo.data.record import ModelCall
 
 Ranked = tuple[int, tuple[ModelCall, ...]]  # the rank, and the calls that produced it
+R = TypeVar("R")
 
 
 class SharedRanks:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # expect runs on pytest's thread, release on either
         self._users: dict[SourceKey, int] = {}
-        self._tasks: dict[tuple[SourceKey, int], asyncio.Task[Ranked]] = {}
+        self._tasks: dict[tuple[SourceKey, int, str], asyncio.Task[Any]] = {}
 
     def expect(self, row: GeoRow) -> None:
         """A variant of `row` is scheduled: keep its shared ranks until it ends."""
@@ -44,17 +45,18 @@ class SharedRanks:
             if not task.done():
                 task.get_loop().call_soon_threadsafe(task.cancel)
 
-    async def rank(self, row: GeoRow, repeat: int, start: Callable[[], Coroutine[Any, Any, Ranked]]) -> Ranked:
-        """The shared rank of `row` in repeat `repeat`, started with `start()` by the first
-        variant that asks (on the runner's loop)."""
-        key = (row.source_key, repeat)
+    async def rank(self, row: GeoRow, repeat: int, start: Callable[[], Coroutine[Any, Any, R]], judge: str = "") -> R:
+        """The shared rank of `row` in repeat `repeat` (by `judge`, with a panel), started
+        with `start()` by the first variant that asks (on the runner's loop)."""
+        key = (row.source_key, repeat, judge)
         with self._lock:
             task = self._tasks.get(key)
             if task is None:
                 task = asyncio.ensure_future(start())
                 if row.source_key in self._users:  # else nobody else will ask: not kept
                     self._tasks[key] = task
-        return await asyncio.shield(task)
+        ranked: R = await asyncio.shield(task)
+        return ranked
 
     def __len__(self) -> int:
         """Shared ranks kept (finished or not): none once every scheduled variant ended."""

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pytest_geo.engine.prompts import TEMPLATES, PromptSet, check_template
+from pytest_geo.engine.prompts import TEMPLATES, PromptSet, check_template, egeo_rewriting_prompt
+from pytest_geo.engine.styles import ATTACK_SYSTEM, is_attack
 from pytest_geo.templates import PromptError
 
 REWRITER_FILES = ("rewriter_user.txt", "rewriter_system.txt")
@@ -52,7 +53,9 @@ def _read(name: str, path: Path) -> str:
 
 
 def _checked(name: str, template: str, path: Path, text: str) -> str:
+    """The template, checked; an E-GEO rewriting prompt (`{description}`) made ours."""
     try:
+        text = egeo_rewriting_prompt(path, text)
         check_template(str(path), text, *TEMPLATES[template])
     except PromptError as exc:
         raise PromptError(f"variant {name}: {exc}") from None
@@ -62,7 +65,10 @@ def _checked(name: str, template: str, path: Path, text: str) -> str:
 def load_variant(name: str, path: Path) -> Variant:
     """Read and check one variant's files (nothing of the run's prompts is needed)."""
     if path.is_file():
-        return Variant(name, path, rewriter_user=_checked(name, "rewriter_user.txt", path, _read(name, path)))
+        # A packaged attack brings its own system prompt: the run's forbids what it must do.
+        system = _read(name, ATTACK_SYSTEM) if is_attack(path) else None
+        return Variant(name, path, rewriter_user=_checked(name, "rewriter_user.txt", path, _read(name, path)),
+                       rewriter_system=system)
     if not path.is_dir():
         raise PromptError(f"variant {name}: {path}: no such template file or prompts directory")
     texts = {f: _checked(name, f, path / f, _read(name, path / f)) for f in REWRITER_FILES if (path / f).is_file()}

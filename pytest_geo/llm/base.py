@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
-
-from pytest_geo.frozen import filled
 
 Message = Mapping[str, str]
 
@@ -38,15 +36,6 @@ class ChatRequest:
     reasoning_effort: str | None = None
 
 
-def chat_request(role: str, model: str, messages: Sequence[Message], temperature: float | None,
-                 context: Mapping[str, Any], max_output_tokens: int | None,
-                 response_schema: Mapping[str, Any] | None, reasoning_effort: str | None = None) -> ChatRequest:
-    """`ChatRequest(...)` with every field given, `filled` in directly: one every model call."""
-    return filled(ChatRequest, {"role": role, "model": model, "messages": messages, "temperature": temperature,
-                                "context": context, "max_output_tokens": max_output_tokens,
-                                "response_schema": response_schema, "reasoning_effort": reasoning_effort})
-
-
 # An answer longer than this (in characters) is never parsed, cached or reported whole:
 # answers are kilobytes, and an answer is parsed on the loop every row shares.
 MAX_ANSWER_CHARS = 1 << 20
@@ -70,18 +59,9 @@ class ChatResponse:
     batch: bool = False  # answered through the Batch API (billed at batch prices)
     finish_reason: str | None = None  # "length": the output-token cap cut the answer
     cache_rejected: bool = False  # a live answer that replaced a rejected cache entry (llm/cache.py)
-
-
-# Every field of a ChatResponse but the three an answer always states, at its default.
-_RESPONSE_DEFAULTS = {f.name: f.default for f in fields(ChatResponse)
-                      if f.name not in ("text", "prompt_tokens", "completion_tokens")}
-
-
-def chat_response(text: str, prompt_tokens: int, completion_tokens: int) -> ChatResponse:
-    """`ChatResponse(text, prompt_tokens, completion_tokens)`, `filled` in directly (the
-    offline mock's answer to every call)."""
-    return filled(ChatResponse, {"text": text, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                 **_RESPONSE_DEFAULTS})
+    # False: the server's usage was missing or not believable (the tokens above read 0): the
+    # call is charged its reservation (llm/budget.py) and its cost is unknown (llm/usage.py).
+    usage_reported: bool = True
 
 
 class ModelError(Exception):

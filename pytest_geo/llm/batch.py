@@ -38,6 +38,7 @@ from typing import Any
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.llm.base import ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.cache import cache_key
+from pytest_geo.llm.openai_client import NotAnAnswer, completion_fields
 from pytest_geo.llm.profiles import Refusal, sent_body
 
 # Roles whose calls come in rounds (every GEO row in flight asks at once). Suite prompt
@@ -269,12 +270,8 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
             return Refused(why, refusal(body))
         return why
     try:
-        choice = body["choices"][0]
-        text = choice["message"]["content"] or ""
-    except (KeyError, IndexError, TypeError):
-        return f"batch {batch_id}: answer without a message"
-    usage = body.get("usage") or {}
-    finish = choice.get("finish_reason")
-    return ChatResponse(text=redact(str(text)), prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                        completion_tokens=int(usage.get("completion_tokens") or 0), batch=True,
-                        finish_reason=finish if isinstance(finish, str) else None)
+        text, prompt_tokens, completion_tokens, finish, reported = completion_fields(body)
+    except NotAnAnswer as exc:
+        return f"batch {batch_id}: {scrub(str(exc))}"
+    return ChatResponse(text=redact(text), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                        batch=True, finish_reason=finish, usage_reported=reported)

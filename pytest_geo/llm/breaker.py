@@ -16,9 +16,10 @@ from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelErro
 
 
 class Breaker:
-    def __init__(self, inner: ChatClient, base_url: str | None, consecutive: int) -> None:
+    def __init__(self, inner: ChatClient, base_url: str | None, consecutive: int, name: str | None = None) -> None:
+        """`name`: how messages name the server (an endpoint's name and host), else its host."""
         self.inner = inner
-        self.host = (urlsplit(base_url).hostname if base_url else None) or "the model server"
+        self.host = name or (urlsplit(base_url).hostname if base_url else None) or "the model server"
         self.consecutive = consecutive
         self.failures = 0
         self.succeeded = False

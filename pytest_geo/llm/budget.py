@@ -3,7 +3,8 @@
 Before a call is sent it reserves its worst case: an upper bound of its prompt's tokens
 (`prompt_token_bound`) plus its output-token cap, priced at its model's list price (the
 Batch API's discount included). When the answer comes the reservation is replaced by what
-the server reported. A call whose worst case would cross the limit waits while other calls
+the server reported (an answer without believable usage keeps its worst case, charged as
+unknown). A call whose worst case would cross the limit waits while other calls
 hold reservations (their answers usually cost less, and free the difference); once it
 could not fit even if every reservation were released, the budget is reached: that call
 and every later one raise BudgetReached (a ServerUnusable, so its row counts as not run).
@@ -27,7 +28,7 @@ from pytest_geo.llm.ledger import WAIT, BudgetLimits, BudgetStatus, Cost, Ledger
 from pytest_geo.llm.prices import format_dollars, price_table
 from pytest_geo.llm.profiles import TOKEN_PARAMS, ShapedRequest, request_body, sent_body
 from pytest_geo.price import Price
-from pytest_geo.settings import Settings
+from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 # The output cap reserved for a request sent without one (ChatRequest.max_output_tokens
 # None), which the layer then adds to it, so the cap it reserved is the cap sent.
@@ -71,6 +72,13 @@ def output_cap(request: ChatRequest) -> int | None:
     return min(caps) if caps else None
 
 
+def reserved_cap(request: ChatRequest) -> int:
+    """The output tokens reserved for `request`: the cap it is sent with; else, when the
+    server refused the cap's parameter and healing took it off (llm/healing.py), the cap
+    the caller asked for, which the answer's usage is then checked against."""
+    return output_cap(request) or request.max_output_tokens or DEFAULT_OUTPUT_CAP
+
+
 def with_output_cap(request: ChatRequest, cap: int) -> ChatRequest:
     """`request` sent with `cap` output tokens, under the name its model's family takes. Set
     here, below the cache, so the cache keys on the body as the caller shaped it."""
@@ -88,8 +96,9 @@ class BudgetClient:
     """Reserves each call's worst case in the ledger before it goes to `inner`."""
 
     def __init__(self, inner: ChatClient, ledger: Ledger, prices: Mapping[str, Price],
-                 batch_roles: frozenset[str] = frozenset()) -> None:
+                 batch_roles: frozenset[str] = frozenset(), cap_flag: str = "--geo-max-output-tokens") -> None:
         self.inner = inner
+        self.cap_flag = cap_flag  # named when the output cap is what does not fit
         self.ledger = ledger
         self.prices = dict(prices)
         self.batch_roles = batch_roles  # roles whose calls go through the Batch API (half price)
@@ -100,9 +109,9 @@ class BudgetClient:
         # and a budget that runs out leaves rows not run rather than half run.
         self._waiting: list[Any] = []  # asyncio.Event each, made on the loop that waits
 
-    def worst_case(self, request: ChatRequest) -> Cost:
+    def worst_case(self, request: ChatRequest, with_cap: bool = True) -> Cost:
         prompt = prompt_token_bound(request)
-        cap = output_cap(request) or 0
+        cap = reserved_cap(request) if with_cap else 0
         price = self.prices.get(request.model)
         nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles) if price is not None else 0
         return Cost(nanousd, prompt + cap)
@@ -114,7 +123,7 @@ class BudgetClient:
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        if output_cap(request) is None:
+        if request.max_output_tokens is None:  # no cap asked for (a caller of the engine): the layer's
             request = with_output_cap(request, DEFAULT_OUTPUT_CAP)
         limits = self.ledger.limits
         if limits.nanousd is not None and limits.tokens is None and request.model not in self.prices:
@@ -132,6 +141,9 @@ class BudgetClient:
         except BaseException:  # cancelled in flight, or a client that raised: maybe billed
             self._settle(worst, None)
             raise
+        if not response.usage_reported:  # what it cost is unknown: charged its worst case
+            self._settle(worst, None)
+            return response
         actual = self.actual(request, response)
         self._settle(worst, actual, lambda: (
             f"budget stopped: a {request.role} call to {request.model} was billed {describe(actual)}, more than "
@@ -182,8 +194,12 @@ class BudgetClient:
             have = f"{format_dollars(max(left.nanousd, 0))} of {format_dollars(limits.nanousd)}"
         else:
             need, have = f"{worst.tokens:,} tokens", f"{max(left.tokens, 0):,} of {limits.tokens or 0:,} tokens"
+        prompt = self.worst_case(request, with_cap=False)
+        fits = (limits.nanousd is None or prompt.nanousd <= left.nanousd) and (
+            limits.tokens is None or prompt.tokens <= left.tokens)
+        hint = f"; the prompt fits, its output cap does not: lower it with {self.cap_flag} N" if fits else ""
         return (f"budget reached: a {request.role} call to {request.model} may cost up to {need} (its prompt "
-                f"and the {output_cap(request) or 0:,}-token output cap), and {have} is left")
+                f"and the {reserved_cap(request):,}-token output cap), and {have} is left{hint}")
 
     async def aclose(self) -> None:
         try:
@@ -201,7 +217,8 @@ class BudgetError(ValueError):
 
 
 def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "--geo-budget-tokens"),
-                 price_option: str = "the ini option geo_prices") -> None:
+                 price_option: str = "the ini option geo_prices",
+                 roles: tuple[str, ...] = ("ranker", "rewriter")) -> None:
     """At start, before any call: a dollar budget needs a price for every model the run's
     rows call (ranker and rewriter; prompt procedures use the rewriter's), unless a token
     budget bounds them too."""
@@ -211,22 +228,42 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
     if settings.budget is None or settings.budget_tokens is not None or settings.mock:
         return
     prices = price_table(settings.prices)
-    for role in ("ranker", "rewriter"):
+    for role in roles:
         model = settings.models[role]
-        if model not in prices:
+        if priced_as(model, settings) not in prices:
             raise BudgetError(f"{flags[0]}: no price for the {role} model {model}, so its calls cannot be held to "
                               f"a budget in dollars: add it to {price_option}, or bound tokens with {flags[1]} N")
 
 
-def with_budget(inner: ChatClient, settings: Settings) -> ChatClient:
-    """`inner` behind the run's budget, when it has one (the mock costs nothing: none)."""
+def priced_as(model: str, settings: Settings) -> str:
+    """The name `model` is priced under: the one its endpoint is sent (llm/endpoints.py)."""
+    from pytest_geo.llm.endpoints import EndpointError, resolve
+    from pytest_geo.llm.providers import ProviderError
+
+    try:
+        return resolve(model, settings.endpoints)[1]
+    except (EndpointError, ProviderError):  # said at start, when the stack is built
+        return model
+
+
+def shared_ledger(settings: Settings) -> Ledger | None:
+    """The run's one ledger, for every endpoint's calls; None without a budget (or with the mock)."""
     limits = BudgetLimits.of(settings)
     if not limits.active or settings.mock:
+        return None
+    return Ledger(limits, settings.budget_ledger)
+
+
+def with_budget(inner: ChatClient, settings: Settings, ledger: Ledger | None = None) -> ChatClient:
+    """`inner` behind the run's budget, when it has one (the mock costs nothing: none);
+    `ledger`: the run's, when endpoints share it."""
+    ledger = ledger or shared_ledger(settings)
+    if ledger is None:
         return inner
     from pytest_geo.llm.batch import BATCH_ROLES
 
-    return BudgetClient(inner, Ledger(limits, settings.budget_ledger), price_table(settings.prices),
-                        BATCH_ROLES if settings.batch else frozenset())
+    return BudgetClient(inner, ledger, price_table(settings.prices), BATCH_ROLES if settings.batch else frozenset(),
+                        OUTPUT_CAP_FLAGS[settings.front_end])
 
 
 def budget_status(settings: Settings) -> BudgetStatus | None:

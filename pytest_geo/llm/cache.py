@@ -25,7 +25,8 @@ the model's profile sent, after any change a refusal taught: llm/healing.py; so 
 cap and the response schema too). It never includes the API key (answers do not depend
 on it, and keys must not reach disk) nor `ChatRequest.context` (the mock's input, not what
 a server sees). Errors are not cached, nor answers that cannot be used whatever is asked
-next: one cut at the output cap, or over the answer size cap (MAX_ANSWER_CHARS).
+next: one cut at the output cap, over the answer size cap (MAX_ANSWER_CHARS), or, asked
+for JSON, holding none (`usable`): the next run asks those again.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -344,6 +346,7 @@ class _Segment:
 
 Location = tuple[_Segment, int, int]  # (segment, offset, length) of an entry's line
 HEX = frozenset("0123456789abcdef")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in an entry's text: no report could encode it
 
 
 def _has_shards(directory: Path) -> bool:
@@ -385,7 +388,28 @@ def _is_entry(entry: Any, key: str) -> bool:
         return False
     if any(type(entry[name]) is not kind for name, kind in ENTRY_FIELDS.items()):
         return False
-    return entry["key"] == key and all(is_token_count(entry[n]) for n in ("prompt_tokens", "completion_tokens"))
+    return (entry["key"] == key and all(is_token_count(entry[n]) for n in ("prompt_tokens", "completion_tokens"))
+            and (entry["text"].isascii() or LONE_SURROGATE.search(entry["text"]) is None))
+
+
+def usable(request: ChatRequest, response: ChatResponse) -> bool:
+    """Whether an answer is worth keeping: not cut at the output cap, within the answer
+    size cap, and, for a request asking for JSON in a schema's shape, holding a JSON object
+    with the schema's required fields. A gateway's "overloaded" or a refusal in prose
+    replayed from the cache would fail its row on every rerun without a request made."""
+    if response.finish_reason == "length" or len(response.text) > MAX_ANSWER_CHARS:
+        return False
+    schema = request.response_schema
+    if schema is None:
+        return True
+    from pytest_geo.engine.answers import AnswerError, extract_json_object
+
+    required = [name for name in schema.get("required", ()) if isinstance(name, str)]
+    try:
+        found = extract_json_object(response.text, required[0] if required else None)
+    except AnswerError:
+        return False
+    return all(name in found for name in required)
 
 
 class CachedClient:
@@ -405,7 +429,7 @@ class CachedClient:
         if isinstance(found, ChatResponse):
             return found
         response = await self.inner.complete(request)
-        if response.finish_reason != "length" and len(response.text) <= MAX_ANSWER_CHARS:
+        if usable(request, response):
             self.cache.put(key, response, request.model)
         return replace(response, cache_rejected=True) if found == REJECTED else response
 

@@ -1,4 +1,5 @@
-"""Building the run's one client from settings: the mock, or the OpenAI SDK."""
+"""Building a backend from settings: the mock, the OpenAI SDK client for the default
+server or an endpoint (llm/endpoints.py), or a registered provider's client."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.endpoints import Endpoint, describe
 from pytest_geo.local_server import PLACEHOLDER_KEY, placeholder_key_host
 from pytest_geo.settings import Settings
 
@@ -94,11 +96,58 @@ def sdk_client_class() -> type[OpenAIChatClient]:
     return OpenAIChatClient
 
 
-def build_client(settings: Settings) -> ChatClient:
+def literal(text: str) -> str:
+    """`text` as a ClientSetupError template (whose braces name flags) shows it."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def endpoint_key(endpoint: Endpoint) -> str | None:
+    """The key of `endpoint`, from its own variable only; None for an endpoint that takes
+    none. Raises ClientSetupError naming the variable when it is unset."""
+    if endpoint.key_variable is None:
+        return None
+    key = os.environ.get(endpoint.key_variable, "").strip()
+    if not key:
+        raise ClientSetupError(literal(f"{describe(endpoint)} needs its key in {endpoint.key_variable}, which is not "
+                                       "set (a key goes only to its own endpoint)"))
+    return key
+
+
+def endpoint_client(settings: Settings, endpoint: Endpoint) -> ChatClient:
+    """The backend of `endpoint` (`settings` already carry its URL and timeout), with the
+    key of its own variable: a registered provider's client, else the OpenAI SDK's."""
+    api_key = endpoint_key(endpoint)
+    if _has_credentials(endpoint.base_url):
+        raise ClientSetupError(literal(f"{describe(endpoint)}: its base URL holds a user name or password "
+                                       "(user:password@host): remove them and name a key variable"))
+    if _control_character(endpoint.base_url) is not None:
+        raise ClientSetupError(literal(f"{describe(endpoint)}: its base URL holds a control character; remove it"))
+    if endpoint.provider is not None:
+        from pytest_geo.llm.providers import ProviderError, load_provider
+
+        try:
+            provider = load_provider(endpoint.provider)
+        except ProviderError as exc:
+            raise ClientSetupError(literal(str(exc))) from None
+        if provider is None:
+            raise ClientSetupError(literal(f"{describe(endpoint)}: provider {endpoint.provider!r} is not installed"))
+        return provider.client(endpoint.base_url, api_key, settings)
+    return sdk_client_class()(
+        api_key=api_key or PLACEHOLDER_KEY,  # the SDK needs one; a server that takes none ignores it
+        base_url=endpoint.base_url,
+        timeout=settings.timeout,
+        max_retries=settings.max_retries,
+    )
+
+
+def build_client(settings: Settings, endpoint: Endpoint | None = None) -> ChatClient:
+    """The mock (for every endpoint), else the backend of `endpoint`, else of the default server."""
     if settings.mock:
         from pytest_geo.llm.mock import MockClient
 
         return MockClient()
+    if endpoint is not None:
+        return endpoint_client(settings, endpoint)
     api_key = os.environ.get("OPENAI_API_KEY", "").strip()
     if not api_key and placeholder_key_host(settings) is not None:
         api_key = PLACEHOLDER_KEY

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields, replace
 from typing import Any
 
-from pytest_geo.frozen import filled
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, RequestRefused
 from pytest_geo.llm.profiles import ROW_CODES, Lesson, ShapedRequest, apply_lessons, family, lesson_for, request_body
 
@@ -33,9 +32,8 @@ REQUEST_FIELDS = tuple(f.name for f in fields(ChatRequest))
 
 
 def shaped(request: ChatRequest, body: dict[str, Any]) -> ShapedRequest:
-    """`request`'s fields as they are, with `body`, `filled` in directly: one every call."""
-    values = request.__dict__
-    return filled(ShapedRequest, {**{name: values[name] for name in REQUEST_FIELDS}, "body": body})
+    """`request`'s fields as they are, with `body`."""
+    return ShapedRequest(**{name: getattr(request, name) for name in REQUEST_FIELDS}, body=body)
 
 
 class HealingClient:

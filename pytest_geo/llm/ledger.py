@@ -74,8 +74,9 @@ class LedgerState:
     """What the run has spent, what calls in flight hold, and why calls stopped (if they did)."""
 
     spent: Cost = Cost()  # what servers reported for the answers that came
-    # Worst cases charged for calls whose answer never came though the server may have
-    # billed them (timeouts, dropped connections, calls cancelled in flight).
+    # Worst cases charged for calls whose cost is unknown: their answer never came though
+    # the server may have billed them (timeouts, dropped connections, calls cancelled in
+    # flight), or it came without believable usage.
     unknown: Cost = Cost()
     reserved: dict[str, Cost] = field(default_factory=dict)  # process id -> what its calls hold
     refused_calls: int = 0
@@ -132,7 +133,8 @@ class BudgetStatus:
         text = "budget: " + ", ".join(parts)
         if self.unknown.nanousd or self.unknown.tokens:
             text += (f" (and up to {format_dollars(self.unknown.nanousd)}, {self.unknown.tokens:,} tokens "
-                     "charged for calls cut off before their answer)")
+                     "charged for calls whose cost is unknown: cut off before their answer, or answered "
+                     "without usage)")
         if self.reached is not None:
             text += f"; {self.reached}"
         return text

@@ -8,13 +8,12 @@ verify the pipeline, not model quality, and match the harness's row for row.
 
 from __future__ import annotations
 
-import functools
+import json
 import zlib
 from collections.abc import Mapping, Sequence
-from json.encoder import encode_basestring
 from typing import Any
 
-from pytest_geo.llm.base import ChatRequest, ChatResponse, chat_response
+from pytest_geo.llm.base import ChatRequest, ChatResponse
 
 # The E-GEO harness's mock (llm_client.MockClient), reproduced so that its CI numbers come
 # out of egeo and the plugin: the ranker puts descriptions holding "Best for" first, then
@@ -33,15 +32,6 @@ def seen_description(description: str, last: bool = False) -> str:
     """A description as the harness's mock ranker reads it from the harness's ranker
     prompt: each line indented by two spaces, the whole stripped; a line starting with
     `title:` stops the reading until one starting with `description:` resumes it."""
-    if description.isprintable():  # one line (no line break is printable): the common case, read directly
-        text = description.strip()
-        if text.startswith("title:"):
-            return ""
-        if text.startswith("description:"):
-            return RANKER_CLOSING if last else ""
-        if not last:
-            return text
-        return f"{description.lstrip()}\n\n{RANKER_CLOSING}" if text else RANKER_CLOSING
     lines = [f"  {line}" for line in description.splitlines()] or ["  "]
     kept: list[str] = []
     reading = True
@@ -110,45 +100,14 @@ def propose(context: Mapping[str, Any]) -> dict[str, str]:
     return {"new_prompt": f"{current.rstrip()}\n{addition}\n", "rationale": f"mock: {addition}"}
 
 
-# ASCII text as bytes: whitespace (what str.split() splits on) to a space, the rest to "x".
-_SPACE_OR_WORD = bytes(32 if chr(i).isspace() else 120 for i in range(256))
-
-
 def word_count(text: str) -> int:
-    """The mock's token count: `len(text.split())`, without building the list of words
-    (each prompt is counted on every call). ASCII text is counted as the words' starts
-    (a space then an "x" once every character is mapped to one of the two)."""
-    if not text.isascii():
-        return len(text.split())
-    return (" " + text).encode("ascii").translate(_SPACE_OR_WORD).count(b" x")
-
-
-def answer_json(answer: Mapping[str, str | Sequence[str]]) -> str:
-    """`json.dumps(answer, ensure_ascii=False)` for an answer of texts and lists of texts,
-    written directly: with ensure_ascii off, json builds its C encoder anew on every
-    call, which cost more than the ranking itself."""
-    members = []
-    for key, value in answer.items():
-        written = encode_basestring(value) if isinstance(value, str) else (
-            "[" + ", ".join(map(encode_basestring, value)) + "]")
-        members.append(f"{encode_basestring(key)}: {written}")
-    return "{" + ", ".join(members) + "}"
-
-
-@functools.lru_cache(maxsize=16)
-def _system_words(text: str) -> int:
-    """`word_count` of a system prompt, counted once: a run sends the same few on every
-    call (the packaged ones hold no placeholder), a quarter of the words a call counts."""
-    return word_count(text)
+    """The mock's token count: the words of `text`."""
+    return len(text.split())
 
 
 def prompt_words(messages: Sequence[Mapping[str, str]]) -> int:
     """The mock's prompt tokens: the words of every message."""
-    total = 0
-    for message in messages:
-        content = message.get("content", "")
-        total += _system_words(content) if message.get("role") == "system" else word_count(content)
-    return total
+    return sum(word_count(message.get("content", "")) for message in messages)
 
 
 class MockClient:
@@ -158,15 +117,15 @@ class MockClient:
         context = request.context
         if request.role == "procedure":  # a prompt procedure: the mock echoes its input
             text = str(context.get("input", ""))
-            return chat_response(text, prompt_words(request.messages), word_count(text))
+            return ChatResponse(text, prompt_words(request.messages), word_count(text))
         if request.role == "ranker":
             answer: Mapping[str, str | Sequence[str]] = {"ordered_ids": ranker_order(context)}
         elif request.role == "rewriter":
             answer = {"rewritten_description": rewrite(context)}
         else:
             answer = propose(context)
-        text = answer_json(answer)
-        return chat_response(text, prompt_words(request.messages), word_count(text))
+        text = json.dumps(answer, ensure_ascii=False)
+        return ChatResponse(text, prompt_words(request.messages), word_count(text))
 
     async def aclose(self) -> None:
         return None

@@ -143,7 +143,12 @@ class OpenAIChatClient:
                 _attempts.reset(token)
             except ValueError:  # closed outside its task (a loop shut down mid-call): no count to keep
                 pass
-        text, prompt_tokens, completion_tokens, finish_reason = completion_fields(completion)
+        try:
+            text, prompt_tokens, completion_tokens, finish_reason, reported = completion_fields(completion)
+        except NotAnAnswer as exc:
+            why = self.scrub(str(exc), MAX_REFUSAL)
+            raise ModelError(f"{request.role} model call failed: {why}", retries=_retries(attempts),
+                             transport=not exc.protocol) from None
         return ChatResponse(
             # An answer can quote the request (a proxy echoing headers, a model shown the
             # key): it goes to the terminal, reports and the cache, so the key never does.
@@ -152,6 +157,7 @@ class OpenAIChatClient:
             completion_tokens=completion_tokens,
             retries=_retries(attempts),
             finish_reason=finish_reason,
+            usage_reported=reported,
         )
 
     async def _post(self, request: ChatRequest, retries: int | None = None) -> Any:
@@ -223,29 +229,55 @@ class OpenAIChatClient:
         await self._client.close()
 
 
-def completion_fields(completion: object) -> tuple[str, int, int, str | None]:
-    """The answer's text, prompt and completion tokens and finish reason, read from a chat
-    completion's JSON (a server's, so untrusted): a field that is missing or not of its
-    type reads as none (no text, 0 tokens), never as an error."""
-    if isinstance(completion, (str, bytes)):  # JSON served under another content type
+class NotAnAnswer(ValueError):
+    """A 200 that cannot be used as an answer. `protocol` False: not a chat completion at
+    all (a gateway's page, a proxy's "overloaded"): the server does not speak the protocol,
+    which the breaker counts as it counts a dead server; True: a chat completion whose text
+    is not text (a lone surrogate, which no encoder downstream can write)."""
+
+    def __init__(self, why: str, protocol: bool) -> None:
+        super().__init__(why)
+        self.protocol = protocol
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+PREVIEW = 60
+
+
+def completion_fields(completion: object) -> tuple[str, int, int, str | None, bool]:
+    """The answer's text, prompt and completion tokens, finish reason, and whether the
+    server reported its usage, read from a chat completion's JSON (a server's, so
+    untrusted). A field not of its type reads as none (no text, no finish reason); token
+    counts that are not believable (`is_token_count`) read as 0, with usage not reported,
+    so the call is charged what was reserved for it and its cost is unknown. Raises
+    NotAnAnswer for a body that is not a chat completion, or text holding a lone surrogate."""
+    raw = completion
+    if isinstance(completion, (str, bytes)):  # JSON served under another content type, or not JSON
         try:
             completion = json.loads(completion)
         except ValueError:
             completion = None
-    body: dict[str, Any] = completion if isinstance(completion, dict) else {}
-    choices = body.get("choices")
+    choices = completion.get("choices") if isinstance(completion, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
-    choice: dict[str, Any] = first if isinstance(first, dict) else {}
-    message = choice.get("message")
-    text = message.get("content") if isinstance(message, dict) else None
-    usage: dict[str, Any] = body["usage"] if isinstance(body.get("usage"), dict) else {}
-    finish = choice.get("finish_reason")
-    return (text if isinstance(text, str) else "", _token_count(usage.get("prompt_tokens")),
-            _token_count(usage.get("completion_tokens")), finish if isinstance(finish, str) else None)
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(first, dict) or not isinstance(message, dict) or not isinstance(completion, dict):
+        raise NotAnAnswer(f"the server's answer is not a chat completion: {_preview(raw)}", protocol=False)
+    text = message.get("content")
+    text = text if isinstance(text, str) else ""
+    if not text.isascii() and LONE_SURROGATE.search(text):
+        raise NotAnAnswer("the answer is not valid text (it holds a lone surrogate, such as \\ud800)", protocol=True)
+    usage = completion.get("usage")
+    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    answer = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    reported = is_token_count(prompt) and is_token_count(answer)
+    finish = first.get("finish_reason")
+    return (text, prompt if reported else 0, answer if reported else 0,  # type: ignore[return-value]
+            finish if isinstance(finish, str) else None, reported)
 
 
-def _token_count(value: object) -> int:
-    return value if is_token_count(value) else 0
+def _preview(raw: object) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return repr(shorten(" ".join(LONE_SURROGATE.sub("?", text).split()), PREVIEW))
 
 
 FATAL_STATUS = {401: "the key was refused", 403: "the key was refused", 404: "model or endpoint not found"}

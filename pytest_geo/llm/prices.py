@@ -33,6 +33,9 @@ BUILTIN_PRICES: Mapping[str, Price] = {
     "gpt-3.5-turbo": Price(0.50, 1.50),
 }
 
+# Dollars per million tokens no model costs (a dollar a token): a price of 1e308 made every
+# cost infinite, and every row failed converting it to whole nano-dollars.
+MAX_PRICE = 100_000.0
 PRICE_LINE_FORMAT = "model = input_per_million, output_per_million"
 
 
@@ -56,10 +59,10 @@ def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
             price = Price(float(parts[0]), float(parts[1]))
         except ValueError:
             raise PriceError(f"line {number} {raw.strip()!r}: expected {PRICE_LINE_FORMAT!r}") from None
-        if min(price.input_per_million, price.output_per_million) < 0 or not all(
-            p == p and p != float("inf") for p in (price.input_per_million, price.output_per_million)
-        ):
-            raise PriceError(f"line {number} {raw.strip()!r}: prices must be finite and not negative")
+        if not all(math.isfinite(p) and 0 <= p <= MAX_PRICE for p in (price.input_per_million,
+                                                                        price.output_per_million)):
+            raise PriceError(f"line {number} {raw.strip()!r}: prices must be finite, not negative and at most "
+                             f"{MAX_PRICE:g} dollars per million tokens")
         prices[model.strip()] = price
     return prices
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,34 @@ def family(model: str, reasoning_effort: str | None = None) -> str:
     if CHAT.fullmatch(name):
         return "chat"
     return "unknown"
+
+
+# Output caps sized to the answer, for models that spend no output tokens reasoning: no
+# text has more tokens than UTF-8 bytes under a byte-level tokenizer (llm/budget.py), so
+# a cap of the answer's bytes plus room for its JSON holds any answer that fits the
+# schema, and --geo-budget reserves that instead of the default cap.
+ANSWER_ROOM = 256  # the JSON object around the content, whitespace, a short preamble
+PER_ID = 8  # quotes, comma, newline and indent around each id of a ranking
+
+
+def ranking_bytes(ids: Sequence[str]) -> int:
+    """Most content bytes of a ranking of `ids` (each id once)."""
+    return sum(len(i.encode("utf-8")) + PER_ID for i in ids)
+
+
+def rewrite_bytes(description: str) -> int:
+    """Most content bytes of a rewrite: twice the description (a rewrite may add to it)."""
+    return 2 * len(description.encode("utf-8"))
+
+
+def sized_cap(model: str, reasoning_effort: str | None, content_bytes: int, ceiling: int) -> int:
+    """The output cap of an answer of at most `content_bytes` bytes of content: sized to it
+    for OpenAI's chat models (and gpt-5.x without reasoning), at most `ceiling`; `ceiling`
+    for reasoning models, whose hidden reasoning counts against the cap, and for names the
+    table does not know (a local server's model may think aloud in its answer)."""
+    if family(model, reasoning_effort) not in ("chat", "gpt-5.x"):
+        return ceiling
+    return min(ceiling, ANSWER_ROOM + content_bytes)
 
 
 def request_body(request: ChatRequest, structured: bool = True) -> dict[str, Any]:

@@ -3,15 +3,31 @@
 An answer is decoded before anything in it reaches a report: a key the model wrote as
 `sk-\\u0070roj...` or `sk-proj\\/...` is not in the raw text, yet it is in the decoded
 rewrite, its `new facts` and the ids of an error message. So the key is searched for as
-written, and in the text with its escapes decoded: JSON string escapes (what our answer
-parsing undoes), HTML character references and URL percent-encoding (the forms a proxy or
-a page echoing a request uses), nested twice (`\\\\u0070`, `%2570`), and as
-base64 at any alignment (`Authorization: Basic ...` echoed back). A match in a decoded view
-is mapped back to the raw characters it came from, and those are replaced, so decoding the
-result can never give the key back.
+written and in the text with these decoded, up to three layers deep (`%252570` is `p`
+percent-encoded three times), in any mix:
 
-Other transformations (the key reversed, spaced out, split across values) are not
-searched for: no reader of a report would decode them into a key either."""
+- JSON and JavaScript string escapes: `\\u0070`, `\\x70`, `\\/`, `\\n` (what our answer
+  parsing undoes, or a log viewer showing a repr);
+- HTML character references, numeric ones with or without their `;` (`&#112`, `&#x70`,
+  `&amp;`): a browser reads both;
+- URL percent-encoding (`%70`);
+- quoted-printable (`=70`, and `=` line breaks), decoded on its own, since `=00` is also
+  ordinary text;
+- fullwidth forms of ASCII characters (`ｓｋ－`), which NFKC folding and many fonts turn
+  back into the key;
+- invisible characters between the key's characters (zero-width spaces and joiners, the
+  word joiner, the byte order mark, soft hyphens): a browser shows the key, and copying
+  it gives the key's characters with invisible ones between;
+
+and, encoded as a whole, at any alignment inside a longer encoded string: base64
+(standard and URL-safe: `Authorization: Basic ...` echoed back), base32 (upper and lower
+case), base85 (Python's and Ascii85), and hex (upper and lower case). A match in a
+decoded view is mapped back to the raw characters it came from, and those are replaced,
+so decoding the result can never give the key back.
+
+Other transformations (the key reversed, spaced out with visible characters, split
+across values, encrypted) are not searched for: no reader of a report would decode
+them into a key either."""
 
 from __future__ import annotations
 
@@ -22,17 +38,20 @@ import html
 import itertools
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 REPLACEMENT = "[key]"
 ESCAPE = re.compile(
-    r"\\u[0-9A-Fa-f]{4}|\\[\\/\"bfnrt]"  # JSON
-    r"|&#[0-9]{1,7};|&#[xX][0-9A-Fa-f]{1,6};|&[A-Za-z][A-Za-z0-9]{1,31};"  # HTML
+    r"\\(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[\\/\"bfnrt])"  # JSON, JavaScript
+    r"|&#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});?|&[A-Za-z][A-Za-z0-9]{1,31};"  # HTML
     r"|%[0-9A-Fa-f]{2}"  # URL
 )
-ESCAPE_SPLIT = re.compile(f"({ESCAPE.pattern})")
+WIDE = "[\uFF01-\uFF5E\u00AD\u180E\u200B-\u200F\u2060-\u2064\uFEFF]"  # fullwidth ASCII, invisible
+QUOTED_PRINTABLE = re.compile(r"=[0-9A-Fa-f]{2}|=\r?\n")
 JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-MAX_LAYERS = 2
-MIN_BASE64_SECRET = 8  # shorter, a base64 fragment of it would match unrelated text
+FULLWIDTH_OFFSET = 0xFEE0  # U+FF01..U+FF5E are U+0021..U+007E shifted by this
+MAX_LAYERS = 3
+MIN_ENCODED_SECRET = 8  # shorter, an encoded fragment of it would match unrelated text
 
 Span = tuple[int, int]
 Finder = Callable[[str], Iterable[Span]]
@@ -40,13 +59,40 @@ Finder = Callable[[str], Iterable[Span]]
 
 @functools.lru_cache(maxsize=4096)
 def _decode(escape: str) -> str:
-    if escape.startswith("\\u"):
+    if escape.startswith(("\\u", "\\x")):
         return chr(int(escape[2:], 16))
     if escape.startswith("\\"):
         return JSON_ESCAPES.get(escape[1], escape[1])
     if escape.startswith("%"):
         return chr(int(escape[1:], 16))
-    return html.unescape(escape)  # an unknown name stays as written
+    if escape.startswith("&"):
+        return html.unescape(escape)  # an unknown name stays as written
+    if "\uFF01" <= escape <= "\uFF5E":
+        return chr(ord(escape) - FULLWIDTH_OFFSET)
+    return ""  # an invisible character
+
+
+@functools.lru_cache(maxsize=512)
+def _decode_quoted_printable(escape: str) -> str:
+    return chr(int(escape[1:], 16)) if escape[1] not in "\r\n" else ""
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """Escapes as one group (re.split then alternates text and escape), and how each
+    decodes; `wide` also takes non-ASCII characters, and is used only for a text that
+    has some (most answers are ASCII, and the narrower pattern splits them faster)."""
+
+    split: re.Pattern[str]
+    decode: Callable[[str], str]
+    wide: re.Pattern[str] | None = None
+
+    def splitter(self, text: str) -> re.Pattern[str]:
+        return self.split if self.wide is None or text.isascii() else self.wide
+
+
+DECODINGS = (Decoding(re.compile(f"({ESCAPE.pattern})"), _decode, re.compile(f"({ESCAPE.pattern}|{WIDE})")),
+             Decoding(re.compile(f"({QUOTED_PRINTABLE.pattern})"), _decode_quoted_printable))
 
 
 class DecodedView:
@@ -56,10 +102,10 @@ class DecodedView:
     with a group gives them, so the work is done in C; the offsets, running sums of their
     lengths, are computed only for a text where something was found."""
 
-    def __init__(self, text: str) -> None:
-        self.raw = ESCAPE_SPLIT.split(text)
+    def __init__(self, text: str, decoding: Decoding) -> None:
+        self.raw = decoding.splitter(text).split(text)
         self.pieces = self.raw[:]
-        self.pieces[1::2] = map(_decode, self.raw[1::2])
+        self.pieces[1::2] = map(decoding.decode, self.raw[1::2])
         self.decoded = "".join(self.pieces)
 
     @functools.cached_property
@@ -83,25 +129,40 @@ class DecodedView:
 
 
 @functools.lru_cache(maxsize=8)  # a run has one key: computed once, not per answer
-def base64_forms(secret: str) -> tuple[str, ...]:
-    """The base64 characters that encode only `secret`'s bytes, for each of the three
-    alignments it can have inside a longer encoded string, standard and URL-safe."""
+def encoded_forms(secret: str) -> tuple[str, ...]:
+    """The characters that encode only `secret`'s bytes in base64 (standard and URL-safe),
+    base32, base85 and hex, for each alignment it can have inside a longer encoded string.
+    Each encoding turns groups of bytes into groups of characters (3 into 4, 5 into 8, 4
+    into 5, 1 into 2) independently of the others: the groups made of the secret's bytes
+    alone read the same wherever it sits, one set per offset of its first whole group."""
     data = secret.encode("utf-8")
-    if len(data) < MIN_BASE64_SECRET:
+    if len(data) < MIN_ENCODED_SECRET:
         return ()
-    forms = []
-    for shift in range(3):
-        encoded = base64.b64encode(bytes(shift) + data).decode("ascii")
-        core = encoded[-(-8 * shift // 6):8 * (shift + len(data)) // 6]
-        forms += [core, core.translate(str.maketrans("+/", "-_"))]
-    return tuple(dict.fromkeys(forms))
+    forms = [data.hex(), data.hex().upper()]
+    for group, encode in ((3, base64.b64encode), (5, base64.b32encode), (4, base64.b85encode),
+                          (4, base64.a85encode)):
+        for offset in range(group):
+            whole = data[offset:]
+            core = encode(whole[:len(whole) // group * group]).decode("ascii")
+            forms.append(core)
+            if encode is base64.b64encode:
+                forms.append(core.translate(str.maketrans("+/", "-_")))
+            if encode is base64.b32encode:
+                forms.append(core.lower())
+    return tuple(dict.fromkeys(form for form in forms if form))
 
 
 def spans_in(text: str, finders: list[Finder], layers: int = MAX_LAYERS) -> list[list[Span]]:
     """For each finder, where it matches `text` or any decoding of it, as spans of `text`."""
     found = [list(find(text)) for find in finders]
-    if layers and ESCAPE.search(text):
-        view = DecodedView(text)
+    if not layers:
+        return found
+    for decoding in DECODINGS:
+        if not decoding.splitter(text).search(text):
+            continue
+        view = DecodedView(text, decoding)
+        if view.decoded == text:  # only unknown HTML names: nothing to decode
+            continue
         for spans, deeper in zip(found, spans_in(view.decoded, finders, layers - 1), strict=True):
             spans += [view.raw_span(start, end) for start, end in deeper]
     return found
@@ -139,10 +200,10 @@ def _finding(forms: list[str]) -> Finder:
 
 
 def redact(text: str, secret: str, pattern: re.Pattern[str]) -> str:
-    """`text` with `secret` (as written and in base64) and `pattern`'s matches replaced,
+    """`text` with `secret` (as written and encoded) and `pattern`'s matches replaced,
     in every form listed above. The secret goes first: a match of the pattern that
     overlaps it is left out (`sk-abc.` is `[key].`, not `[key]` for a pattern taking dots)."""
-    by_secret = _finding([secret, *base64_forms(secret)] if secret else [])
+    by_secret = _finding([secret, *encoded_forms(secret)] if secret else [])
     secrets, patterns = spans_in(text, [by_secret, lambda t: (m.span() for m in pattern.finditer(t))])
     covered = _merged(secrets)
     starts = [start for start, _ in covered]

@@ -1,4 +1,10 @@
-"""The run's client stack, built in one place. A call goes down it, outermost first:
+"""The run's client stacks, built in one place: one per endpoint (llm/endpoints.py),
+each built on first use, behind a router that sends each request to the stack of its
+model's endpoint, with the endpoint's prefix stripped from the model. So every endpoint
+has its own cache namespace, breaker, concurrency controller (rate limits belong to a
+provider account), healing and remembered request changes, and a key goes only to its
+own endpoint; the budget stays one ledger. A call goes down its endpoint's stack,
+outermost first:
 
     Usage      counts calls, tokens and cost per role (llm/usage.py)
     Healing    shapes the request into the body its model accepts, and heals a
@@ -8,7 +14,7 @@
     Breaker    stops calling a server that cannot serve the run (llm/breaker.py)
     Budget     --geo-budget: reserves each call's worst case before it is sent (llm/budget.py)
     Bounded    at most N requests in flight, N moved by the concurrency controller
-               (engine/runner.py, engine/adaptive.py)
+               (llm/bounded.py, llm/adaptive.py)
     Batch      --geo-batch: the calls go through the Batch API (llm/batch.py)
     backend    the OpenAI SDK client, the mock, or a client a conftest gave
 
@@ -18,29 +24,34 @@ and the cache keys on the body as sent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
-from pytest_geo.engine.adaptive import Controller, controller_for
-from pytest_geo.engine.runner import BoundedClient
-from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm import factory
+from pytest_geo.llm.adaptive import Controller, controller_for
+from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ServerUnusable
+from pytest_geo.llm.bounded import BoundedClient
 from pytest_geo.llm.breaker import Breaker
-from pytest_geo.llm.budget import with_budget
-from pytest_geo.llm.factory import ClientSetupError, build_client, with_cache
+from pytest_geo.llm.budget import shared_ledger, with_budget
+from pytest_geo.llm.endpoints import Endpoint, EndpointError, describe, resolve
+from pytest_geo.llm.factory import ClientSetupError, literal, with_cache
 from pytest_geo.llm.healing import HealingClient
+from pytest_geo.llm.ledger import Ledger
 from pytest_geo.llm.lessons import load_lessons, save_lessons
 from pytest_geo.llm.prices import price_table
 from pytest_geo.llm.profiles import Lesson
-from pytest_geo.llm.usage import UsageClient
-from pytest_geo.settings import Settings
+from pytest_geo.llm.providers import ProviderError
+from pytest_geo.llm.usage import UsageClient, UsageTable, merge_usage
+from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, local_host
+from pytest_geo.settings import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, Settings
 
 MIN_CONSECUTIVE_FAILURES = 8
 
 
 @dataclass
-class ClientStack:
-    """The assembled layers: `client` is what the engine calls; the others are kept
-    for what they report (usage, the breaker's verdict, concurrency, what was learned)."""
+class EndpointStack:
+    """One endpoint's assembled layers: `client` is what the router calls; the others are
+    kept for what they report (usage, the breaker's verdict, concurrency, what was learned)."""
 
     client: ChatClient
     usage: UsageClient
@@ -69,9 +80,10 @@ def remembered_lessons(settings: Settings, backend: ChatClient) -> tuple[list[Le
     return load_lessons(cache_dir, base_url), lambda lesson: save_lessons(cache_dir, base_url, [lesson])
 
 
-def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientStack:
-    """Every layer over `client` (else the backend the settings name)."""
-    backend = client or build_client(settings)
+def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger | None = None,
+                         name: str | None = None) -> EndpointStack:
+    """Every layer over one endpoint's `backend` (`name`: the endpoint's, for messages;
+    None for the default server); `ledger`: the run's budget, shared by every endpoint."""
     sender = backend
     batching = settings.batch and not settings.mock  # the mock answers at once: nothing to batch
     if batching:
@@ -91,8 +103,8 @@ def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientS
     bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded)
     # The breaker trips after as many consecutive failed calls as there are request slots
     # at the start (each already retried): every call in flight failed, then as many again.
-    breaker = Breaker(with_budget(bounded, settings), getattr(backend, "base_url", None),
-                      consecutive=max(MIN_CONSECUTIVE_FAILURES, concurrency.requests.limit))
+    breaker = Breaker(with_budget(bounded, settings, ledger), getattr(backend, "base_url", None),
+                      consecutive=max(MIN_CONSECUTIVE_FAILURES, concurrency.requests.limit), name=name)
     cached = with_cache(breaker, backend, settings)
     remembered, remember = remembered_lessons(settings, backend)
     healing = HealingClient(cached, structured=settings.structured, reasoning_effort=settings.reasoning_effort,
@@ -100,5 +112,159 @@ def build_stack(settings: Settings, client: ChatClient | None = None) -> ClientS
                             on_learn=remember)
     prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
     usage = UsageClient(healing, prices)
-    return ClientStack(client=usage, usage=usage, healing=healing, breaker=breaker, concurrency=concurrency,
-                       backend=backend)
+    return EndpointStack(client=usage, usage=usage, healing=healing, breaker=breaker, concurrency=concurrency,
+                         backend=backend)
+
+
+def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
+    """The run's settings for calls to `endpoint`: its URL, and (unless the user set one)
+    the timeout and starting concurrency for where it is (settings.py)."""
+    local = local_host(endpoint.base_url) is not None
+    return replace(settings, base_url=endpoint.base_url, batch=settings.batch and endpoint.batch,
+                   timeout=settings.timeout if settings.timeout_given else LOCAL_TIMEOUT if local else DEFAULT_TIMEOUT,
+                   start_concurrency=LOCAL_START_CONCURRENCY if local else DEFAULT_CONCURRENCY)
+
+
+def needed_models(settings: Settings) -> list[tuple[str, str]]:
+    """(role, model) of the calls a run's rows make: their endpoints must be usable at start."""
+    return [(role, settings.models[role]) for role in ("ranker", "rewriter")]
+
+
+class ClientStack:
+    """The run's stacks: one per endpoint, built on first use (the default server's
+    backend may be given: a conftest's client); `client` routes each request by its model.
+    The endpoints of `needed` (role, model) pairs are built at once, so a missing key or
+    a broken provider is an error before any call; the first one's concurrency
+    controller bounds the rows in flight (its model is the ranker's, called twice a row)."""
+
+    def __init__(self, settings: Settings, client: ChatClient | None = None,
+                 needed: Iterable[tuple[str, str]] | None = None,
+                 wrap: Callable[[ChatClient], ChatClient] | None = None) -> None:
+        self.settings = settings
+        self._given = client
+        self._wrap = wrap
+        self.ledger = shared_ledger(settings)
+        self.stacks: dict[str | None, EndpointStack] = {}  # endpoint name (None: the default server) -> stack
+        self._routes: dict[str, tuple[EndpointStack, str]] = {}  # model -> its stack, the model sent
+        self._failed: dict[str, str] = {}  # endpoint name -> why its stack could not be built
+        primary = None
+        for role, model in needed if needed is not None else needed_models(settings):
+            try:
+                stack = self.route(model)[0]
+            except ClientSetupError as exc:
+                if self._endpoint(model)[0] is None:
+                    raise  # the default server's own message, as before endpoints
+                raise ClientSetupError(literal(f"the {role} model {model}: ") + exc.template) from None
+            primary = primary or stack
+        if primary is None:
+            primary = self.route(settings.models["ranker"])[0]
+        self.primary = primary
+        self.concurrency = primary.concurrency
+        self.backend = primary.backend
+        self.client: ChatClient = Router(self)
+
+    def route(self, model: str) -> tuple[EndpointStack, str]:
+        """The stack `model`'s calls go to and the model name sent there, building that
+        stack on first use; raises ClientSetupError when it cannot be built."""
+        route = self._routes.get(model)
+        if route is not None:
+            return route
+        endpoint, sent = self._endpoint(model)
+        key = None if endpoint is None else endpoint.name
+        stack = self.stacks.get(key)
+        if stack is None:
+            stack = self.stacks[key] = self._build(endpoint)
+        route = self._routes[model] = (stack, sent)
+        return route
+
+    def _endpoint(self, model: str) -> tuple[Endpoint | None, str]:
+        """`model`'s endpoint and the name sent there; the mock answers every model itself."""
+        if self.settings.mock:
+            return None, model
+        try:
+            return resolve(model, self.settings.endpoints)
+        except (EndpointError, ProviderError) as exc:
+            raise ClientSetupError(literal(str(exc))) from None
+
+    def _build(self, endpoint: Endpoint | None) -> EndpointStack:
+        settings = self.settings if endpoint is None else endpoint_settings(self.settings, endpoint)
+        if endpoint is not None:
+            backend = factory.build_client(settings, endpoint)
+        else:  # the default server's: the factory's one-argument call, as tests replace it
+            backend = self._given or factory.build_client(settings)
+        if self._wrap is not None:
+            backend = self._wrap(backend)
+        return build_endpoint_stack(settings, backend, self.ledger, None if endpoint is None else describe(endpoint))
+
+    def failed(self, model: str, why: str) -> str:
+        """A stack that could not be built at a call: its endpoint stops like a tripped breaker."""
+        name = model.partition("/")[0]
+        return self._failed.setdefault(name, why)
+
+    def usage_table(self) -> UsageTable:
+        """Model usage per role, over every endpoint."""
+        total: UsageTable = {}
+        for stack in self.stacks.values():
+            merge_usage(total, stack.usage.usage)
+        return total
+
+    def usage_by_endpoint(self) -> dict[str, UsageTable]:
+        """Model usage per role of each endpoint used (`default`: the default server)."""
+        return {name or "default": stack.usage.usage for name, stack in self.stacks.items() if stack.usage.usage}
+
+    @property
+    def priced(self) -> bool:
+        """Calls have prices (not the mock's)."""
+        return bool(self.primary.usage.prices)
+
+    @property
+    def stopped(self) -> str | None:
+        """Why calls to an endpoint are no longer sent (its breaker tripped, it could not
+        be built), each endpoint's reason once; None while every endpoint is called."""
+        reasons = [s.breaker.tripped for s in self.stacks.values() if s.breaker.tripped] + list(self._failed.values())
+        return "; ".join(reasons) if reasons else None
+
+    def request_changes(self) -> list[dict[str, object]]:
+        """What the servers refused and how requests changed (llm/healing.py), every endpoint's."""
+        return [change for stack in self.stacks.values() for change in stack.healing.lessons_json()]
+
+    async def aclose(self) -> None:
+        """Close every endpoint's stack, each even when another's close failed."""
+        failures = []
+        for stack in self.stacks.values():
+            try:
+                await stack.client.aclose()
+            except Exception as exc:  # the first is raised once all are closed
+                failures.append(exc)
+        if self.ledger is not None:
+            self.ledger.close()
+        if failures:
+            raise failures[0]
+
+
+class Router:
+    """Sends each request to its model's endpoint stack, with the model name that
+    endpoint serves; an endpoint whose stack cannot be built fails only its own calls."""
+
+    def __init__(self, stacks: ClientStack) -> None:
+        self.stacks = stacks
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        try:
+            stack, sent = self.stacks.route(request.model)
+        except ClientSetupError as exc:
+            raise ServerUnusable(self.stacks.failed(request.model, str(exc))) from None
+        if sent != request.model:
+            request = replace(request, model=sent)
+        return await stack.client.complete(request)
+
+    async def aclose(self) -> None:
+        await self.stacks.aclose()
+
+
+def build_stack(settings: Settings, client: ChatClient | None = None,
+                needed: Iterable[tuple[str, str]] | None = None,
+                wrap: Callable[[ChatClient], ChatClient] | None = None) -> ClientStack:
+    """The run's stacks (see ClientStack); `client`: the default server's backend, else
+    the one the settings describe; `wrap`: put over every endpoint's backend (a counter)."""
+    return ClientStack(settings, client, needed, wrap)

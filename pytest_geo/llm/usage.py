@@ -12,6 +12,10 @@ cost. `unpriced_calls` counts answers whose model has no price; a role with any 
 tokens only (llm/prices.py: never a guessed cost).
 `batch_calls` counts calls answered through the Batch API (--geo-batch), whose tokens are
 priced at the Batch API's discount.
+`unreported_usage` counts answers whose server reported no believable usage (missing,
+null, not whole numbers, negative, absurd): their tokens are unknown, so the role's cost
+is shown as unknown, never as the zero their tokens read as (the budget charges each
+what was reserved for it: llm/budget.py).
 `cache_rejected` counts cache entries found but rejected (corrupt, or not what the cache
 writes: llm/cache.py), each then a miss answered live.
 """
@@ -27,7 +31,7 @@ from pytest_geo.price import Price
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
           "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",
-          "batch_calls", "cache_rejected")
+          "batch_calls", "cache_rejected", "unreported_usage")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -46,8 +50,9 @@ def merge_usage(total: UsageTable, other: Mapping[str, Mapping[str, int]]) -> Us
 
 
 def is_priced(counts: Mapping[str, int]) -> bool:
-    """Every answer of the role had a price (a role with no answers costs nothing)."""
-    return counts.get("unpriced_calls", 0) == 0
+    """Every answer of the role had a price and reported its usage (a role with no
+    answers costs nothing)."""
+    return counts.get("unpriced_calls", 0) == 0 and counts.get("unreported_usage", 0) == 0
 
 
 def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
@@ -59,6 +64,8 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
             line += f" batch_calls={c['batch_calls']}"
         if c.get("cache_rejected"):
             line += f" cache_rejected={c['cache_rejected']}"
+        if c.get("unreported_usage"):
+            line += f" unreported_usage={c['unreported_usage']}"
         if is_priced(c):
             line += f" cost={format_dollars(c.get('cost_nanousd', 0))}"
             if c["cache_hits"]:
@@ -90,6 +97,7 @@ def cost_json(usage: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
             for role, c in sorted(usage.items())
         },
         "unpriced_roles": unpriced_roles(usage),
+        "unreported_usage_roles": unreported_roles(usage),
     }
 
 
@@ -98,6 +106,11 @@ def cost_line(usage: Mapping[str, Mapping[str, int]], price_option: str = "the i
     have no price."""
     total = total_cost(usage)
     if total is None:
+        unreported = unreported_roles(usage)
+        if unreported and not unpriced_roles(usage):
+            calls = sum(usage[role].get("unreported_usage", 0) for role in unreported)
+            return (f"cost: unknown, the server reported no usable token counts for {calls:,} "
+                    f"{'call' if calls == 1 else 'calls'} of {', '.join(unreported)}; tokens above")
         return (f"cost: unknown, no price for the model of {', '.join(unpriced_roles(usage))} "
                 f"(add it to {price_option}); tokens above")
     line = f"cost: {format_dollars(total[0])} at list prices ({PRICES_DATE} table and geo_prices)"
@@ -107,7 +120,11 @@ def cost_line(usage: Mapping[str, Mapping[str, int]], price_option: str = "the i
 
 
 def unpriced_roles(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
-    return sorted(role for role, c in usage.items() if not is_priced(c))
+    return sorted(role for role, c in usage.items() if c.get("unpriced_calls", 0))
+
+
+def unreported_roles(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return sorted(role for role, c in usage.items() if c.get("unreported_usage", 0))
 
 
 class UsageClient:
@@ -153,6 +170,7 @@ class UsageClient:
             counts["retries"] += response.retries
             counts["batch_calls"] += response.batch
             counts["cache_rejected"] += response.cache_rejected
+            counts["unreported_usage"] += not response.usage_reported
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
             counts["cost_nanousd"] += cost

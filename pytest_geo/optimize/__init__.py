@@ -9,7 +9,7 @@ from pytest_geo.optimize.run import OptimizeOptions
 from pytest_geo.optimize.search import OptimizeError
 from pytest_geo.settings import Settings
 
-__all__ = ["OptimizeError", "OptimizeOptions", "optimize_prompts"]
+__all__ = ["OptimizeError", "OptimizeOptions", "apply_refused", "optimize_prompts"]
 
 
 def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatClient | None = None) -> dict[str, Any]:
@@ -23,3 +23,10 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions, client: ChatC
     from pytest_geo.optimize.geo_task import optimize_prompts as optimize_rewriter
 
     return optimize_rewriter(settings, options, client)
+
+
+def apply_refused(result: dict[str, Any]) -> bool:
+    """--apply was asked for and refused because validation rows errored (the command
+    then exits 1): in a result of the rewriter's, or of any suite procedure's."""
+    results = [result] if "best" in result else list(result.values())
+    return any(isinstance(r, dict) and r.get("apply_refused") for r in results)

@@ -14,12 +14,12 @@ from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import REWRITER_VARS, TEMPLATES
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatClient
-from pytest_geo.llm.stack import build_stack
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
-    counted_client,
+    counted_stack,
     reflection,
+    report_spend,
     search_and_write,
 )
 from pytest_geo.optimize.search import (
@@ -108,8 +108,8 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions,
     train = load_examples(options.train, "train", settings.seed)
     val = load_examples(options.val, "validation", settings.seed)
     check_budget(options.max_metric_calls, len(val))
-    counter = counted_client(settings, client)
-    geo = GeoSession(settings, build_stack(settings, counter))
+    stack, counter = counted_stack(settings, client)
+    geo = GeoSession(settings, stack)
     try:
         required = tuple(sorted(TEMPLATES["rewriter_user.txt"][1]))
         meta = reflection(geo.engine, prompts_dir, required, sorted(REWRITER_VARS - set(required)))
@@ -119,3 +119,4 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions,
         )
     finally:
         geo.close()
+        report_spend(geo, options.out)

@@ -16,8 +16,10 @@ from pytest_geo.engine.answer_schemas import proposal_schema
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
 from pytest_geo.engine.session import GeoSession
-from pytest_geo.llm import factory
 from pytest_geo.llm.base import ChatClient
+from pytest_geo.llm.budget import budget_status
+from pytest_geo.llm.stack import ClientStack, build_stack, needed_models
+from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.optimize.search import (
     REWRITER,
     CallCounter,
@@ -53,9 +55,13 @@ class Outputs:
     scores: Path
 
 
-def counted_client(settings: Settings, client: ChatClient | None) -> CallCounter:
-    """The run's client (the one given, else built from settings) under a call counter."""
-    return CallCounter(client or factory.build_client(settings))
+def counted_stack(settings: Settings, client: ChatClient | None) -> tuple[ClientStack, CallCounter]:
+    """The run's client stacks (llm/stack.py; `client`: the default server's backend, if
+    given), every endpoint's backend under one call counter; the optimizer's endpoint
+    is checked at start too."""
+    counter = CallCounter()
+    needed = [*needed_models(settings), ("optimizer", settings.models["optimizer"])]
+    return build_stack(settings, client, needed, wrap=counter.counting), counter
 
 
 def reflection(engine: GeoEngine, prompts_dir: Path, required: Sequence[str], optional: Sequence[str]) -> Reflection:
@@ -101,7 +107,7 @@ def search_and_write(
     original = outputs.working.read_bytes() if outputs.working is not None else None
     budget = "none" if options.max_metric_calls is None else str(options.max_metric_calls)
     print(
-        f"optimize-prompts: {task.component}: {len(train)} training rows ({sources['train']}), {len(val)} "
+        f"optimize: {task.component}: {len(train)} training rows ({sources['train']}), {len(val)} "
         f"validation rows ({sources['val']}), seed {settings.seed}, iters {options.iters}, max metric calls {budget}",
         file=out,
         flush=True,
@@ -148,13 +154,22 @@ def search_and_write(
         "model_calls_by_role": dict(sorted(counter.by_role.items())),
         "model_calls_by_phase": dict(sorted(counter.by_phase.items())),
         "validation_call_bound": m + 2 * k * m if task.component == REWRITER else None,
+        "validation_errors": {"current_prompt": len(baseline.errored), "best": len(best.errored)},
         "applied": False,
     }
     write_text_atomic(outputs.candidate, best.template)
     working = outputs.working
     applied = False
+    errors = f"current prompt {len(baseline.errored)} of {m}, candidate {best.index} {len(best.errored)} of {m}"
     if options.apply and best.template != current:
-        if working is None:
+        if baseline.errored or best.errored:
+            # The comparison left those rows out, but what they would have scored is
+            # unknown: a prompt chosen over them is not one to put in place unseen.
+            scores["apply_refused"] = f"validation rows errored ({errors})"
+            print(f"egeo: error: {task.component}: validation rows errored ({errors}); not applied: the "
+                  f"comparison could not use them. Fix what failed and rerun, or review {outputs.candidate}",
+                  file=sys.stderr)
+        elif working is None:
             print(f"egeo: warning: {task.component}: the template is written inline; copy the candidate by hand",
                   file=sys.stderr)
         elif working.read_bytes() != original:
@@ -176,6 +191,8 @@ def search_and_write(
         file=out,
     )
     print(f"post-optimization training score: {describe(train_summary)}", file=out)
+    if baseline.errored or best.errored:
+        print(f"validation rows with an error (left out of every comparison): {errors}", file=out)
     roles = ", ".join(f"{role} {n}" for role, n in sorted(counter.by_role.items()))
     bound = f" (at most M + 2*K*M = {m + 2 * k * m}, plus re-asks)" if task.component == REWRITER else ""
     print(
@@ -187,24 +204,48 @@ def search_and_write(
         f"candidates tried: {result.templates_tried}, validated: {k}, proposals rejected: {len(result.rejected)}",
         file=out,
     )
+    stayed = best.template == current
     if applied:
         print(f"applied: {working} replaced (candidate in {outputs.candidate}, scores in {outputs.scores})", file=out)
+    elif stayed:
+        print(f"the current prompt stayed best: nothing to apply (wrote {outputs.candidate} and {outputs.scores})",
+              file=out)
     else:
         unchanged = f"; {working} unchanged" if working is not None else ""
         print(f"wrote {outputs.candidate} and {outputs.scores}{unchanged}", file=out)
     out.flush()
     saved_to = working if applied and working is not None else outputs.candidate
     return harness_result(best.index, best.template, best.summary, len(result.candidates), applied, saved_to,
-                          {"scores_to": str(outputs.scores), **scores})
+                          {"scores_to": str(outputs.scores), **scores}, stayed=stayed)
+
+
+def report_spend(geo: GeoSession, out: TextIO | None) -> None:
+    """What the search's calls used and cost, and the budget, as `egeo evaluate` says them."""
+    out = out or sys.stderr
+    usage = geo.usage_table()
+    if usage:
+        print("model usage:", file=out)
+        for line in usage_lines(usage):
+            print(f"  {line}", file=out)
+        if not geo.settings.mock:
+            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=out)
+    status = budget_status(geo.settings)
+    if status is not None:
+        print(status.line(), file=out)
+        if status.reached is not None:
+            print("egeo: the budget cut the search short: rows it could not score count as errors (0.0)",
+                  file=out)
+    out.flush()
 
 
 APPLIED_HINT = "Optimized prompt applied to the working prompt file."
 CANDIDATE_HINT = ("Optimized prompt written to candidate file; re-run with --apply to overwrite "
                   "the working prompt.")
+STAYED_HINT = "The current prompt stayed best; nothing needed applying."
 
 
 def harness_result(index: int, template: str, validation: Mapping[str, Any], history_len: int, applied: bool,
-                   saved_to: Path, ours: Mapping[str, Any]) -> dict[str, Any]:
+                   saved_to: Path, ours: Mapping[str, Any], stayed: bool = False) -> dict[str, Any]:
     """The JSON the E-GEO harness's `optimize` prints: `best` is the chosen prompt (`iter`
     its candidate number, 0 the current prompt) with its validation summary,
     `history_len` the prompts scored; our own keys follow, never replacing these."""
@@ -213,6 +254,6 @@ def harness_result(index: int, template: str, validation: Mapping[str, Any], his
         "best": {"iter": index, "prompt": template, "val": dict(validation)},
         "history_len": history_len,
         "saved_to": str(saved_to),
-        "hint": APPLIED_HINT if applied else CANDIDATE_HINT,
+        "hint": APPLIED_HINT if applied else STAYED_HINT if stayed else CANDIDATE_HINT,
     }
     return {**{k: v for k, v in ours.items() if k not in harness}, **harness}

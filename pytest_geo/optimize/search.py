@@ -97,12 +97,15 @@ class Reflection:
 
 @dataclass
 class Candidate:
-    """A template scored on every validation row; index 0 is the current prompt."""
+    """A template scored on every validation row; index 0 is the current prompt.
+    `values` are in the validation rows' order; `errored` holds the positions of the
+    rows whose score is an error's 0.0, not a measure of the template."""
 
     index: int
     template: str
     values: list[float]
     summary: dict[str, float | int]
+    errored: frozenset[int] = frozenset()
 
     @property
     def mean(self) -> float:
@@ -126,10 +129,10 @@ class SearchResult:
 
 
 class CallCounter:
-    """Counts model requests by role and by phase of the search (for the summary)."""
+    """Counts model requests by role and by phase of the search (for the summary), sent
+    through the backends it wraps (`counting`: every endpoint's, llm/stack.py)."""
 
-    def __init__(self, inner: ChatClient) -> None:
-        self.inner = inner
+    def __init__(self) -> None:
         self.phase = "validation"
         self.by_role: Counter[str] = Counter()
         self.by_phase: Counter[str] = Counter()
@@ -138,9 +141,25 @@ class CallCounter:
     def total(self) -> int:
         return sum(self.by_role.values())
 
+    def counting(self, inner: ChatClient) -> ChatClient:
+        return CountedClient(inner, self)
+
+
+class CountedClient:
+    """One backend's requests, counted in its CallCounter."""
+
+    def __init__(self, inner: ChatClient, counter: CallCounter) -> None:
+        self.inner = inner
+        self.counter = counter
+
+    @property
+    def base_url(self) -> object:
+        """The server's, so the answer cache above the counter keys on it (llm/factory.py)."""
+        return getattr(self.inner, "base_url", None)
+
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        self.by_role[request.role] += 1
-        self.by_phase[self.phase] += 1
+        self.counter.by_role[request.role] += 1
+        self.counter.by_phase[self.counter.phase] += 1
         return await self.inner.complete(request)
 
     async def aclose(self) -> None:
@@ -150,8 +169,13 @@ class CallCounter:
 def better(challenger: Candidate, incumbent: Candidate) -> bool:
     """The E-GEO harness's rule: a candidate replaces the incumbent only when strictly
     better on validation. A tie keeps the incumbent: a proposal that changes nothing
-    measurable (with a real model, sometimes the meta prompt echoed back) never wins."""
-    return challenger.mean > incumbent.mean
+    measurable (with a real model, sometimes the meta prompt echoed back) never wins.
+    Compared on the rows both scored without error (paired, as the baseline gate is):
+    rows that errored on the incumbent scored 0.0, and an identical proposal would
+    otherwise win by them."""
+    both = [i for i in range(min(len(challenger.values), len(incumbent.values)))
+            if i not in challenger.errored and i not in incumbent.errored]
+    return sum(challenger.values[i] - incumbent.values[i] for i in both) > 0
 
 
 def describe(summary: Mapping[str, float | int]) -> str:
@@ -188,6 +212,8 @@ class _Search:
         self.best: Candidate | None = None
         self.history: list[dict[str, Any]] = []  # per proposal step, for {{history}}
         self._memo: dict[tuple[str, str], Scored] = {}
+        self._errored: set[tuple[str, str]] = set()  # (template, row key) whose last score was an error
+        self.val: Sequence[Example] = ()
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -207,6 +233,9 @@ class _Search:
             found = await self.task.score(template, example)
             if not found.error:  # errors may be transient: try again next time
                 self._memo[key] = found
+                self._errored.discard(key)
+            else:
+                self._errored.add(key)
         return found
 
     def score_all(self, template: str, examples: Sequence[Example], phase: str | None = None) -> list[Scored]:
@@ -311,16 +340,19 @@ class _Search:
 
     def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
         scores = event["scores_by_val_id"]
-        values = [float(scores[k]) for k in sorted(scores)]
-        candidate = Candidate(
-            int(event["candidate_idx"]), event["candidate"][self.task.component], values, self.task.summary(values)
-        )
+        ids = sorted(scores)
+        values = [float(scores[k]) for k in ids]
+        template = event["candidate"][self.task.component]
+        errored = frozenset(i for i, k in enumerate(ids) if isinstance(k, int) and 0 <= k < len(self.val)
+                            and (template, self.val[k].key) in self._errored)
+        candidate = Candidate(int(event["candidate_idx"]), template, values, self.task.summary(values), errored)
         self.candidates.append(candidate)
         if self.best is None or better(candidate, self.best):
             self.best = candidate
         name = "current prompt" if candidate.index == 0 else f"proposal {self.proposals}"
+        errors = f" ({len(errored)} rows errored: left out of comparisons)" if errored else ""
         self.say(
-            f"candidate {candidate.index} ({name}): validation {describe(candidate.summary)}"
+            f"candidate {candidate.index} ({name}): validation {describe(candidate.summary)}{errors}"
             f" | best so far: candidate {self.best.index} ({self.best.mean:.4f})"
         )
 
@@ -355,6 +387,7 @@ def search(
     check_budget(max_metric_calls, len(val))
     task.check(seed_template)
     state = _Search(task, reflection, runner, max_metric_calls, seed, counter, out or sys.stdout)
+    state.val = list(val)
     # _Search implements the adapter and callback methods gepa calls; gepa's Protocols are
     # generic over trajectory types it never hands us, so they are not spelled out here.
     hooks: Any = state

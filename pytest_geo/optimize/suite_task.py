@@ -14,12 +14,12 @@ from typing import Any
 
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatClient
-from pytest_geo.llm.stack import build_stack
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
-    counted_client,
+    counted_stack,
     reflection,
+    report_spend,
     search_and_write,
 )
 from pytest_geo.optimize.search import Example, OptimizeError, Scored, check_budget
@@ -125,8 +125,8 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
                 f"{options.suites}: prompt procedure {procedure.name!r} is marked optimize=True "
                 f"but no eval suite is named {procedure.name!r}"
             )
-    counter = counted_client(settings, client)
-    geo = GeoSession(settings, build_stack(settings, counter))
+    stack, counter = counted_stack(settings, client)
+    geo = GeoSession(settings, stack)
     results: dict[str, Any] = {}
     try:
         for procedure in procedures:
@@ -170,4 +170,5 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
             )
     finally:
         geo.close()
+        report_spend(geo, options.out)
     return results

@@ -28,14 +28,15 @@ from pytest_geo.pytest_layer.items import (
     SuiteItem,
 )
 from pytest_geo.pytest_layer.state import DECLARED_SUITES, register_marker, settings_of
-from pytest_geo.suites.suite import Metric, Suite, SuiteError, load_rows, suites_in
+from pytest_geo.suites.suite import Metric, Suite, SuiteError, load_named_rows, suites_in
 from pytest_geo.suites.suite_file import SuiteFileError, load_suite_file
 
 _GEO_METRIC_ENTRY = Metric(GEO_METRIC, "", None)
 
 
 def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: str, split: str,
-               threshold: float | None = None, name_format: str = "{}") -> Iterator[pytest.Item]:
+               threshold: float | None = None, name_format: str = "{}",
+               row_threshold: float | None = None) -> Iterator[pytest.Item]:
     variants = list(settings_of(parent.config).variants)
     for name, line in zip(row_names(lines), lines, strict=True):
         node_name = name_format.format(name)
@@ -49,10 +50,11 @@ def _geo_items(parent: pytest.Collector, lines: Sequence[CollectedLine], suite: 
             for variant in variants:
                 yield GeoRowItem.from_parent(parent, name=f"{node_name}[{variant}]",
                                              row=PackedRow.of(replace(row, variant=variant)),
-                                             suite=f"{suite}[{variant}]", split=split, threshold=threshold)
+                                             suite=f"{suite}[{variant}]", split=split, threshold=threshold,
+                                             row_threshold=row_threshold)
         else:
             yield GeoRowItem.from_parent(parent, name=node_name, row=line, suite=suite, split=split,
-                                         threshold=threshold)
+                                         threshold=threshold, row_threshold=row_threshold)
 
 
 class GeoDatasetFile(pytest.File):
@@ -111,32 +113,59 @@ class SuiteCollector(pytest.Collector):
             register_marker(self.config, marker)
             self.add_marker(marker)
         self.add_marker("geo")
-        common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold}
+        common: dict[str, Any] = {"suite": self.suite.name, "threshold": self.suite.threshold,
+                                  "row_threshold": self.suite.row_threshold}
         if metric.dataset_free:  # Kedi's legacy form: no rows, the metric runs once
             yield SuiteItem.from_parent(self, name="once", metric=metric, split="train", index=0, value=None,
                                         expected=None, **common)
             return
         for split, spec in splits:
             try:
-                rows = load_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
-                                 geo=metric.is_geo)
+                named = load_named_rows(self.suite.name, metric.dataset, spec, self.suite.base_dir, settings.seed,
+                                        geo=metric.is_geo)
             except SuiteError as exc:
                 raise self.CollectError(f"{where}: {exc}") from None
-            if not rows:
+            if not named:
                 yield EmptySplitItem.from_parent(self, name=f"{split}[no examples]", metric=metric, split=split,
                                                  **common)
             elif metric.is_geo:
-                yield from _geo_items(self, [packed_line(row) for row in rows], split=split,
+                yield from _geo_items(self, [packed_line(row) for _, row in named], split=split,
                                       name_format=split + "[{}]", **common)
             else:
-                for index, (value, expected) in enumerate(rows):
-                    yield SuiteItem.from_parent(self, name=f"{split}[{index}]", metric=metric, split=split,
+                for index, (name, (value, expected)) in enumerate(named):
+                    yield SuiteItem.from_parent(self, name=f"{split}[{name}]", metric=metric, split=split,
                                                 index=index, value=value, expected=expected, **common)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(self.CollectError):
             return str(excinfo.value.args[0])
         return super().repr_failure(excinfo)
+
+
+def split_note(config: pytest.Config) -> str:
+    """For the header: under --geo-split test (the default) a suite with test_data never
+    runs its data rows, which surprises who wrote both."""
+    if settings_of(config).split != "test":
+        return ""
+    held_out = sorted(name for name, (suite, _) in config.stash.get(DECLARED_SUITES, {}).items()
+                      if suite.metrics and suite.metrics[0].dataset in suite.test_data)
+    if not held_out:
+        return ""
+    return (f"; split test: the test_data of {', '.join(held_out)} (their data rows run with "
+            "--geo-split train or all)")
+
+
+_SUITES_SEEN = pytest.StashKey[set[int]]()
+
+
+def suite_collector(parent: pytest.Collector, suite: Suite) -> SuiteCollector | None:
+    """A module's suite, once: `alias = s` binds one suite to a second name, and pytest
+    offers each name (collecting both would run every row twice under one node id)."""
+    seen = parent.stash.setdefault(_SUITES_SEEN, set())
+    if id(suite) in seen:
+        return None
+    seen.add(id(suite))
+    return SuiteCollector.from_parent(parent, name=suite.name, suite=suite)
 
 
 class SuiteFile(pytest.File):

@@ -23,9 +23,16 @@ from pytest_geo.suites.procedures import running_with
 from pytest_geo.suites.suite import Metric, score_metric
 from pytest_geo.text import printable
 
+_PACKAGE = Path(__file__).resolve().parent.parent
+
 
 class GeoRowFailure(Exception):
     """An expected failure kind: reported as its one-line message, no traceback."""
+
+
+class MetricRaised(Exception):
+    """A metric raised: reported by the traceback of what it raised (its `__cause__`),
+    as pytest reports a failing test."""
 
 
 class GeoItem(pytest.Item):
@@ -34,30 +41,58 @@ class GeoItem(pytest.Item):
     Its own attributes are slots: a run holds every item to its end, and pytest's
     instance dict of a node grows to several times its size with them in it."""
 
-    __slots__ = ("suite_name", "split", "threshold", "line", "geo_record", "geo_stopped")
+    __slots__ = ("suite_name", "split", "threshold", "row_threshold", "line", "geo_record", "geo_stopped")
 
-    def __init__(self, *, suite: str, split: str, threshold: float | None = None, line: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, suite: str, split: str, threshold: float | None = None,
+                 row_threshold: float | None = None, line: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite_name = suite
         self.split = split
         self.threshold = threshold
+        self.row_threshold = row_threshold
         self.line = line
         self.geo_record: RowRecord | None = None
         self.geo_stopped: str | None = None  # why the model server stopped being called, on the row that saw it
 
-    def row_error(self, message: str) -> None:
+    def row_error(self, message: str, raised: BaseException | None = None) -> None:
         """An errored row fails its item; with --geo-max-error-rate the error is tolerated
         here (xfailed, with the message) and judged per suite at the end of the run."""
         limit = self.config.stash.get(MAX_ERROR_RATE, None)
         if limit is not None:
             pytest.xfail(f"{message} (tolerated by --geo-max-error-rate {limit:g})")
+        if raised is not None:
+            raise MetricRaised(message) from raised
         raise GeoRowFailure(message)
+
+    def check_row_threshold(self, label: str, score: float) -> None:
+        """A suite's `row_threshold`: a row scoring below it fails its item."""
+        if self.row_threshold is not None and score < self.row_threshold:
+            raise GeoRowFailure(f"{label}: scored {score:.4f}, below the suite's row_threshold "
+                                f"{self.row_threshold:g}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if excinfo.errisinstance(GeoRowFailure):
             return printable(str(excinfo.value))  # model and dataset text: no escapes reach the terminal
+        cause = excinfo.value.__cause__
+        if excinfo.errisinstance(MetricRaised) and cause is not None:
+            return self._metric_traceback(pytest.ExceptionInfo.from_exception(cause), style)
         return super().repr_failure(excinfo, style=style)
+
+    def _metric_traceback(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any) -> Any:
+        """The metric's frames (the plugin's own cut, as pytest cuts its own from a test's),
+        in the style --tb asks for, with --showlocals' locals."""
+        option = self.config.option
+        if not option.fulltrace:
+            frames = excinfo.traceback
+            for start, entry in enumerate(frames):
+                if not Path(str(entry.path)).is_relative_to(_PACKAGE):
+                    excinfo.traceback = frames[start:]
+                    break
+        tbstyle = style or option.tbstyle
+        return excinfo.getrepr(
+            style="long" if tbstyle in (None, "auto") else tbstyle, showlocals=option.showlocals,
+            funcargs=True, truncate_locals=option.verbose <= 1,
+        )
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, max(self.line - 1, 0), self.name
@@ -115,6 +150,7 @@ class GeoRowItem(GeoItem):
                                      nodeid=self.nodeid, threshold=self.threshold)
         if outcome.error is not None:
             self.row_error(f"{row.path}:{row.line}: error: {outcome.error}")
+        self.check_row_threshold(f"{row.path}:{row.line}", self.geo_record.get("score", 0.0))
 
 
 class GeoProblemItem(GeoItem):
@@ -152,7 +188,8 @@ class SuiteItem(GeoItem):
             score.feedback, score.feedback.removeprefix("error: ") if score.error else None,
         )
         if score.error:
-            self.row_error(f"{self.suite_name}::{self.metric.name} {self.split}[{self.index}]: {score.feedback}")
+            self.row_error(f"{self.suite_name}::{self.metric.name} {self.name}: {score.feedback}", score.raised)
+        self.check_row_threshold(f"{self.suite_name}::{self.metric.name} {self.name}", score.value)
 
     def _score(self) -> Score:
         with running_with(lambda: geo_session_of(self.config)):

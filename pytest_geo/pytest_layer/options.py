@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
+from pytest_geo.data.egeo_data import is_egeo_data
+from pytest_geo.engine.judges import Judge, judges_from
+from pytest_geo.llm.endpoints import Endpoint
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
-from pytest_geo.options import variant
+from pytest_geo.options import judge, variant, variant_model
 from pytest_geo.price import Price
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
@@ -54,12 +57,21 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given: dict[str, Any] = {option.key: _pick(config, option) for option in OPTIONS if option.setting}
     given["prompts_dir"] = prompts_dir(config)
     given["prices"] = _prices(config)
-    given["variants"] = variant_paths(config)
+    given["endpoints"] = _endpoints(config)
+    given["variants"], given["variant_models"] = variant_paths(config)
+    given["judges"] = judge_list(config)
+    given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)
     except SettingError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _names_egeo_data(config: pytest.Config) -> bool:
+    """Whether the run names an E-GEO data file, whose rules make it query-blind."""
+    named = [*config.getoption("geo_dataset"), *map(str, config.getini("geo_datasets")), *config.args]
+    return any(is_egeo_data(name.split("::")[0]) for name in named)
 
 
 def _prices(config: pytest.Config) -> dict[str, Price]:
@@ -71,10 +83,37 @@ def _prices(config: pytest.Config) -> dict[str, Price]:
         raise pytest.UsageError(f"ini option geo_prices: {exc}") from None
 
 
-def variant_paths(config: pytest.Config) -> dict[str, Path]:
+def _endpoints(config: pytest.Config) -> dict[str, Endpoint]:
+    from pytest_geo.llm.endpoints import EndpointError, parse_endpoint_lines
+
+    try:
+        return parse_endpoint_lines(config.getini("geo_endpoints"))
+    except EndpointError as exc:
+        raise pytest.UsageError(f"{config.inipath or 'ini'}: ini option geo_endpoints: {exc}") from None
+
+
+def judge_list(config: pytest.Config) -> list[Judge]:
+    """--geo-judge (system files relative to the invocation directory), else the ini's
+    geo_judges lines (relative to the rootdir); a name given twice is an error."""
+    named: list[Judge] = config.getoption("geo_judge")
+    base, source = config.invocation_params.dir, "--geo-judge"
+    if not named:
+        base, source = config.rootpath, "ini option geo_judges"
+        try:
+            named = [judge(line) for line in config.getini("geo_judges") if line.strip()]
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"{source}: {exc}") from None
+    try:
+        return judges_from(named, source, base)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def variant_paths(config: pytest.Config) -> tuple[dict[str, Path], dict[str, str]]:
     """--geo-variant (relative to the invocation directory), else the ini's geo_variants
     lines (relative to the rootdir), in the order given; a name given twice is an error.
-    Only the shape is checked here: the templates are read at start (engine/variants.py)."""
+    Only the shape is checked here: the templates are read at start (engine/variants.py).
+    Also each variant's rewriter model, from `PATH@MODEL`."""
     named: list[tuple[str, str]] = config.getoption("geo_variant")
     base, source = config.invocation_params.dir, "--geo-variant"
     if not named:
@@ -84,11 +123,15 @@ def variant_paths(config: pytest.Config) -> dict[str, Path]:
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"{source}: {exc}") from None
     variants: dict[str, Path] = {}
-    for name, path in named:
+    models: dict[str, str] = {}
+    for name, given in named:
         if name in variants:
             raise pytest.UsageError(f"{source}: variant {name!r} is given twice")
+        path, model = variant_model(given)
         variants[name] = base / path
-    return variants
+        if model is not None:
+            models[name] = model
+    return variants, models
 
 
 def prompts_dir(config: pytest.Config) -> Path:
@@ -133,6 +176,30 @@ def check_report_paths(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{flag}: cannot write {value}: {parent} is not a directory")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
+    from pytest_geo.report.output import OutputPathError, check_output_paths
+
+    try:
+        reports = [("--geo-report", config.getoption("geo_report")), ("--geo-html", config.getoption("geo_html"))]
+        check_output_paths(reports, run_inputs(config), config.invocation_params.dir,
+                           others=[("--junitxml", config.option.xmlpath)])
+    except OutputPathError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def run_inputs(config: pytest.Config) -> list[tuple[str, Path]]:
+    """The files a run reads that a report path must not name: the paths given (datasets,
+    test files), the baseline, the prompt files and the variants' templates."""
+    here = config.invocation_params.dir
+    found = [(f"the path {arg}", here / arg.split("::")[0]) for arg in config.args]
+    baseline = config.getoption("geo_baseline")
+    if baseline:
+        found.append((f"--geo-baseline {baseline}", here / baseline))
+    from pytest_geo.pytest_layer.state import settings_of
+    from pytest_geo.report.output import prompt_inputs
+
+    settings = settings_of(config)
+    found += prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])
+    return [(what, path) for what, path in found if path.is_file()]
 
 
 def answer_cache_dir(config: pytest.Config) -> Path | None:

@@ -31,6 +31,8 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
         raise BaselineError(f"--geo-baseline: cannot read baseline report {name}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise BaselineError(f"--geo-baseline: {name} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise BaselineError(f"--geo-baseline: {name} is not JSON: {str(exc).split(';')[0]}") from None
     problem = _shape_problem(data)
     if problem:
         raise BaselineError(f"--geo-baseline: {name} is not a pytest-geo report: {problem}")
@@ -40,19 +42,54 @@ def load_baseline(path: Path | str, display: str | None = None) -> dict[str, Any
     return data
 
 
+# Scores this large or larger are no metric's: their squares, summed for a standard
+# error, would overflow to inf.
+MAX_SCORE = 1e15
+TEXT_FIELDS = {"suites": ("suite", "metric", "split"), "rows": ("suite", "nodeid")}
+
+
 def _shape_problem(data: Any) -> str | None:
-    """Only what the comparison reads, so reports from older versions still compare."""
+    """Only what the comparison reads, so reports from older versions still compare; but
+    all of that, with its type: a score of "9" or NaN, or a suite name that is a list, is
+    refused here rather than read wrongly or failing once every row has run and paid."""
     if not isinstance(data, dict):
         return "expected a JSON object"
-    for key, fields in (("suites", ("suite", "metric", "split", "score")), ("rows", ("suite", "nodeid", "score"))):
+    for key, texts in TEXT_FIELDS.items():
         entries = data.get(key)
         if not isinstance(entries, list):
             return f"{key!r} is missing or not a list"
         for index, entry in enumerate(entries):
-            missing = [f for f in fields if not isinstance(entry, dict) or f not in entry]
+            missing = [f for f in (*texts, "score") if not isinstance(entry, dict) or f not in entry]
             if missing:
                 return f"{key}[{index}] has no {missing[0]!r}"
+            problem = _entry_problem(entry, texts, f"{key}[{index}]")
+            if problem:
+                return problem
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        return f"metadata is {_shown(metadata)}, not an object"
+    for where, value in (("complete", data.get("complete", True)), ("metadata.mock", metadata.get("mock", False))):
+        if not isinstance(value, bool):
+            return f"{where} is {_shown(value)}, not true or false"
     return None
+
+
+def _entry_problem(entry: dict[str, Any], texts: tuple[str, ...], where: str) -> str | None:
+    for field in texts:
+        if not isinstance(entry[field], str):
+            return f"{where}.{field} is {_shown(entry[field])}, not a string"
+    score = entry["score"]
+    if isinstance(score, bool) or not isinstance(score, int | float) or not abs(score) < MAX_SCORE:
+        return f"{where}.score is {_shown(score)}, not a finite number (at most 1e15 in size)"
+    if entry.get("error") is not None and not isinstance(entry["error"], str):
+        return f"{where}.error is {_shown(entry['error'])}, not a string or null"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """`value` as the file spells it, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # Roles whose model decides an eval run's numbers (the optimizer's takes no part in it).
@@ -83,6 +120,9 @@ def _model_differences(before: Mapping[str, Any], current: Mapping[str, Any]) ->
     models = _mapping(before.get("models"))
     refusing = [f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now"
                 for role in EVAL_ROLES if models.get(role) != current["models"].get(role)]
+    judges, now = _mapping(before.get("judges")), current.get("judges") or {}
+    if dict(judges) != now:
+        refusing.append(f"judges: {_named(judges)} in the baseline, {_named(now)} now")
     listed = []
     if before.get("base_url_host") != current["base_url_host"]:
         listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
@@ -96,6 +136,10 @@ def _prompt_differences(hashes: Mapping[str, Any], now: Mapping[str, Any]) -> li
             state = "added" if name not in hashes else "removed" if name not in now else "changed"
             listed.append(f"prompt {name}: {state}")
     return listed
+
+
+def _named(judges: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={model}" for name, model in judges.items()) or "none"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -1,5 +1,5 @@
 """The concurrency figures in the summary and the JSON report: plain data from
-`engine.adaptive.ConcurrencyStats.as_json`, merged across xdist workers. Apart from the
+`llm.adaptive.ConcurrencyStats.as_json`, merged across xdist workers. Apart from the
 engine, so the plugin's end of run never imports asyncio for them."""
 
 from __future__ import annotations
@@ -28,15 +28,19 @@ def stats_line(stats: Mapping[str, Any]) -> str:
         start, reached, limit = stats.get("start"), stats["reached"], stats["limit"]
         bound = f"(bound {stats.get('maximum')})"
         if start is None:  # stats from before `start` was recorded
-            shape = f"auto, at most {reached} rows in flight {bound}, ended at {limit}"
+            shape = f"auto, at most {_rows(reached)} in flight {bound}, ended at {limit}"
         elif reached > start:
-            shape = f"auto, the limit rose from {start} to {reached} rows in flight {bound}, ended at {limit}"
+            shape = f"auto, the limit rose from {start} to {_rows(reached)} in flight {bound}, ended at {limit}"
         elif limit < start:
-            shape = f"auto, the limit fell from {start} to {limit} rows in flight {bound}"
+            shape = f"auto, the limit fell from {start} to {_rows(limit)} in flight {bound}"
         else:
-            shape = f"auto, the limit stayed at {start} rows in flight {bound}"
+            shape = f"auto, the limit stayed at {_rows(start)} in flight {bound}"
     elif stats.get("mode") == "batch":
         shape = "batch (every row in its round)"
     else:
-        shape = f"fixed at {stats['limit']} rows in flight"
+        shape = f"fixed at {_rows(stats['limit'])} in flight"
     return f"concurrency: {shape}; 429 answers seen: {stats['rate_limited']}"
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"

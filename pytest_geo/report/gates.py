@@ -49,12 +49,20 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
         failures.append(GateFailure(BUDGET_GATE, f"{results.budget_reached}; {results.not_run} row(s) not run",
                                     "budget"))
     for suite in results.suites():
-        if suite.below_threshold:
+        if suite.below_threshold and suite.panel is None and not suite.judge_thresholds:
             failures.append(GateFailure(
                 gate_nodeid(results, suite.suite, suite.split, "threshold"),
                 f"score {suite.summary.mean:.4f} < {suite.threshold:.4f} ({suite.label}, n={suite.summary.n})",
                 "threshold", suite.summary.mean, f"threshold {suite.threshold:.4f}",
             ))
+        elif suite.below_threshold:  # with judges: the panel's limit, and each judge's (SUITE@JUDGE)
+            for who, summary, limit in suite.threshold_misses():
+                failures.append(GateFailure(
+                    gate_nodeid(results, suite.suite, suite.split, "threshold" if who == "panel" else
+                                f"threshold@{who.removeprefix('judge ')}"),
+                    f"{who} score {summary.mean:.4f} < {limit:.4f} ({suite.label}, n={summary.n})",
+                    "threshold", summary.mean, f"threshold {limit:.4f}",
+                ))
         if error_rate_failed(suite, max_error_rate):
             failures.append(GateFailure(
                 gate_nodeid(results, suite.suite, suite.split, "error_rate"),

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.report.html_variants import (
+    judges_section,
     noise_section,
     sequential_section,
     side_by_side_section,
@@ -323,8 +324,13 @@ def _usage_table(report: Mapping[str, Any]) -> str:
         rows.append([_cell(role)] + [_cell(counts.get(name, 0), "num") for name in USAGE_COLUMNS]
                     + [_cell(priced.get("cost"), "num", money), _cell(priced.get("saved_by_cache"), "num", money)])
     total = cost.get("total")
-    note = (f"total {money(total)} at list prices ({cost.get('prices_date', '')})" if total is not None
-            else "total unknown: no price for " + ", ".join(cost.get("unpriced_roles") or ["the mock"]))
+    unreported = cost.get("unreported_usage_roles") or []
+    if total is not None:
+        note = f"total {money(total)} at list prices ({cost.get('prices_date', '')})"
+    elif unreported and not cost.get("unpriced_roles"):
+        note = "total unknown: the server reported no usage for some calls of " + ", ".join(unreported)
+    else:
+        note = "total unknown: no price for " + ", ".join(cost.get("unpriced_roles") or ["the mock"])
     headers = ("role", *(name.replace("_", " ") for name in USAGE_COLUMNS), "cost", "saved by cache")
     return _table(headers, rows, "usage") + f'<p class="meta">{escape(note)}</p>'
 
@@ -409,7 +415,8 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
                 "baseline",
             ),
         ]
-    parts += [*variants_section(report), *sequential_section(report), *noise_section(report)]
+    parts += [*variants_section(report), *judges_section(report), *sequential_section(report),
+              *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",

@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
+from pytest_geo.report.stopping import not_spent
 from pytest_geo.report.viewer_data import script_json
 
 
@@ -42,11 +43,13 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
     suites = {(s["suite"], s["split"]): s for s in report.get("suites", [])}
     parts = ["<h2>Variants</h2>",
              '<p class="meta">Each pair is compared row by row over the rows both ran without error: the mean '
-             "difference (better minus worse), its standard error and 95% t interval, and the exact two-sided "
-             "sign test (ties dropped).</p>"]
+             "difference (first minus second), its standard error and 95% t interval, and the exact two-sided "
+             "sign test (ties dropped). Variants with the same score share a place.</p>"]
     for c in comparisons:
         ranked = []
-        for place, v in enumerate(c["variants"], 1):
+        scores = [v["score"] for v in c["variants"]]
+        for v in c["variants"]:
+            place = 1 + sum(1 for other in scores if other > v["score"])
             s = suites.get((v["suite"], c["split"]), {})
             ranked.append("<tr>" + _td(str(place), "num") + _td(v["variant"]) + _td(str(v["n"]), "num")
                           + _num(v["score"]) + _td(format_ci(s.get("ci95")) if s.get("ci95") else "", "num")
@@ -54,7 +57,8 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
         pairs = []
         for p in c["pairs"]:
             significant = p["sign_test_p"] < 0.05
-            pairs.append("<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(str(p["n"]), "num")
+            tied = " (tied)" if p.get("tied") else ""
+            pairs.append("<tr>" + _td(p["better"] + tied) + _td(p["worse"] + tied) + _td(str(p["n"]), "num")
                          + _num(p["mean_diff"], sign=True) + _num(p["stderr"])
                          + _td(format_ci(p["ci95"]) if p.get("ci95") else "n/a", "num")
                          + _td(f"{p['improved']}/{p['unchanged']}/{p['worsened']}", "num")
@@ -63,8 +67,8 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
         parts += [
             f"<h3>{escape(c['suite'])} [{escape(c['split'])}]</h3>",
             _table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
-            _table("variant-pairs", ("better", "worse", "paired n", "mean diff", "stderr", "95% CI",
-                                     "better/tied/worse rows", "sign test p", "rows left out"), pairs),
+            _table("variant-pairs", ("first", "second", "paired n", "mean diff", "stderr", "95% CI",
+                                     "rows first better/tied/worse", "sign test p", "rows left out"), pairs),
         ]
     return parts
 
@@ -119,16 +123,55 @@ def sequential_section(report: Mapping[str, Any]) -> list[str]:
         return []
     parts = ["<h2>Sequential comparisons</h2>"]
     for e in entries:
-        saved = e.get("dollars_not_spent")
         parts.append(f'<p class="meta">{escape(e["suite"])} [{escape(e["split"])}] '
                      f'{"against the baseline" if e["kind"] == "baseline" else "variants"}: '
                      f'{"decided" if e["decided"] else "undecided"} after {e["rows_used"]} of '
                      f'{e["rows_available"]} rows ({e["rows_run"]} ran); '
-                     f'{escape(f"${saved:.4f}" if saved is not None else "unknown")} not spent. '
+                     f'{escape(not_spent(e))}. '
                      f'Guarantee: {escape(e["guarantee"])}.</p>')
         rows = ["<tr>" + _td(p["verdict"]) + _td(str(p["decided_after"] or ""), "num") + _td(str(p["n"]), "num")
                 + _num(p["mean_diff"], sign=True) + _td(format_ci(p["interval"]), "num") + "</tr>"
                 for p in e["pairs"]]
         parts.append(_table("sequential", ("decision", "decided after rows", "rows in the test", "mean diff",
                                            "anytime-valid interval"), rows))
+    return parts
+
+
+def judges_section(report: Mapping[str, Any]) -> list[str]:
+    """With --geo-judge: per suite each judge's figures and the panel's, the agreement, and
+    for compared variants the variants x judges matrix (mean ± stderr, n)."""
+    judged = [s for s in report.get("suites", []) if s.get("panel") is not None]
+    if not judged:
+        return []
+    parts = ["<h2>Judges</h2>",
+             '<p class="meta">Each judge ranks every row before and after its rewrite; the panel is each row\'s '
+             "improvement averaged over the judges that scored it. Agreement: Krippendorff's alpha (interval) "
+             "over the rows' improvements, the mean Kendall tau of every two judges' rankings of the same "
+             "original candidates, and the share of rows whose judges all saw the same direction.</p>"]
+    for s in judged:
+        figures = [*s["judges"].items(), ("panel", s["panel"])]
+        rows = ["<tr>" + _td(name) + _td(str(m["n"]), "num") + _num(m["avg_rank_improvement"], sign=True)
+                + _num(m["win_rate"]) + _num(m["stderr_rank_improvement"]) + "</tr>" for name, m in figures]
+        a = s["agreement"]
+        parts += [f"<h3>{escape(s['suite'])} [{escape(s['split'])}]</h3>",
+                  _table("judges", ("judge", "n", "avg rank improvement", "win rate", "stderr"), rows),
+                  _table("agreement", ("Krippendorff's alpha", "mean Kendall tau", "direction agreement",
+                                       "rows two or more judges scored"),
+                         ["<tr>" + _num(a["krippendorff_alpha"]) + _num(a["mean_kendall_tau"])
+                          + _num(a["direction_agreement"]) + _td(str(a["direction_rows"]), "num") + "</tr>"])]
+    for c in report.get("variants") or []:
+        table = c.get("matrix")
+        if not table:
+            continue
+        columns = list(next(iter(table.values())))
+        rows = ["<tr>" + _td(variant) + "".join(
+            _td(f"{cell['mean']:+.4f} ± {cell['stderr']:.4f} (n={cell['n']})", "num") for cell in row.values())
+            + "</tr>" for variant, row in table.items()]
+        pairs = ["<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(p["judge"]) + _td(str(p["n"]), "num")
+                 + _num(p["mean_diff"], sign=True) + _num(p["stderr"]) + _td(format_p(p["sign_test_p"]), "num")
+                 + "</tr>" for p in c.get("judge_pairs", [])]
+        parts += [f"<h3>variants x judges: {escape(c['suite'])} [{escape(c['split'])}]</h3>",
+                  _table("judge-matrix", ("variant", *columns), rows),
+                  _table("judge-pairs", ("better", "worse", "judge", "paired n", "mean diff", "stderr",
+                                         "sign test p"), pairs)]
     return parts

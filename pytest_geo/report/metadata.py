@@ -55,8 +55,9 @@ def versions() -> dict[str, str | None]:
 
 
 def run_identity(settings: Settings) -> dict[str, Any]:
-    """What makes two runs' numbers comparable (a baseline is checked against it)."""
-    return {
+    """What makes two runs' numbers comparable (a baseline is checked against it); with
+    --geo-judge, the judges' models too."""
+    identity: dict[str, Any] = {
         "models": dict(settings.models),
         "mock": settings.mock,
         "base_url_host": None
@@ -66,6 +67,9 @@ def run_identity(settings: Settings) -> dict[str, Any]:
         "seed": settings.seed,
         "repeats": settings.repeats,
     }
+    if settings.judges:
+        identity["judges"] = {j.name: j.model for j in settings.judges}
+    return identity
 
 
 def run_metadata(settings: Settings, started: float, duration: float) -> dict[str, Any]:
@@ -73,6 +77,7 @@ def run_metadata(settings: Settings, started: float, duration: float) -> dict[st
         **run_identity(settings),
         "prompts_dir": str(settings.prompts_dir),
         "variants": {name: str(path) for name, path in settings.variants.items()},
+        **({"variant_models": dict(settings.variant_models)} if settings.variant_models else {}),
         "versions": versions(),
         "started_at": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "duration_s": round(duration, 3),

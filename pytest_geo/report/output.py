@@ -9,8 +9,9 @@ it as this run's report."""
 from __future__ import annotations
 
 import io
+import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,6 +21,59 @@ from pytest_geo.report.html import TranscriptSample, sample_nodeids, write_html
 from pytest_geo.report.json_report import build_report, write_json
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool, transcripts_path
+
+
+class OutputPathError(ValueError):
+    """An output path that is an input of the run or another output; names both."""
+
+
+def check_output_paths(reports: Sequence[tuple[str, str | None]], inputs: Iterable[tuple[str, Path]],
+                       base: Path, others: Sequence[tuple[str, str | None]] = ()) -> None:
+    """Raise OutputPathError when a report path (`reports`: flag, value as given,
+    relative to `base`), the transcripts file beside the first of them, or another
+    file the run writes (`others`, e.g. --junitxml) is one of `inputs` (what, path) or
+    another output: written at the end, it would replace the dataset or the other
+    report without a word. A device (`/dev/stdout`) is left out: nothing is renamed
+    over it, and nothing sits beside it."""
+    named = [(f"{flag} {value}", base / value) for flag, value in reports if value]
+    beside = next(((what, path) for what, path in named if not _is_device(path)), None)
+    if beside is not None:
+        named.append((f"the transcripts file {transcripts_path(beside[1]).name} of {beside[0]}",
+                      transcripts_path(beside[1])))
+    named += [(f"{flag} {value}", base / value) for flag, value in others if value]
+    sources = list(inputs)
+    earlier: list[tuple[str, Path]] = []
+    for what, path in named:
+        if _is_device(path):
+            continue
+        for other, other_path in earlier:
+            if _same_file(path, other_path):
+                raise OutputPathError(f"{what} is also {other}: one would overwrite the other; name two files")
+        for source, source_path in sources:
+            if _same_file(path, source_path):
+                raise OutputPathError(f"{what} is {source}, an input of the run: writing it would replace it")
+        earlier.append((what, path))
+
+
+def prompt_inputs(folders: Iterable[Path]) -> list[tuple[str, Path]]:
+    """The prompt files a run reads, for `check_output_paths`: the `*.txt` of each
+    prompts directory, or the template file itself (a variant's)."""
+    found = []
+    for folder in folders:
+        files = sorted(folder.glob("*.txt")) if folder.is_dir() else [folder]
+        found += [(f"the prompt file {path}", path) for path in files]
+    return found
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: the same path once links are followed, or (for files
+    that exist) the same inode (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def write_report_files(results: Results, json_path: str | None, html_path: str | None, *,

@@ -29,7 +29,6 @@ from pytest_geo.llm.prices import format_dollars
 if TYPE_CHECKING:
     from pytest_geo.data.dataset import GeoRow
     from pytest_geo.engine.progress import Snapshot
-    from pytest_geo.engine.row_future import RowFuture
     from pytest_geo.engine.session import GeoSession
 
 TICK = 0.5  # at most two refreshes a second
@@ -95,7 +94,7 @@ class ProgressDisplay:
         self._text: tuple[float, str] | None = None  # the terminal line's text and when it was made
         self._below: int | None = None  # on a terminal, while drawn: the column to return to
 
-    def wait(self, future: RowFuture[Any] | concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
+    def wait(self, future: concurrent.futures.Future[Any], text: Callable[[], str]) -> None:
         """Wait for `future`, showing `text()` while it holds the caller back; the line
         is erased before this returns (also on Ctrl-C)."""
         if future.done():  # the common case once rows run ahead: nothing to show, no waiter to build
@@ -133,8 +132,8 @@ class ProgressDisplay:
         self.output.write_raw("\r" + CLEAR_TO_END + back)
 
 
-def _finished_within(future: RowFuture[Any] | concurrent.futures.Future[Any], timeout: float) -> bool:
-    """Whether `future` (a row's, or any concurrent future) is done after waiting up to `timeout` seconds."""
+def _finished_within(future: concurrent.futures.Future[Any], timeout: float) -> bool:
+    """Whether `future` is done after waiting up to `timeout` seconds."""
     try:
         future.exception(timeout)
     except concurrent.futures.TimeoutError:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_geo.data.record import GEO_METRIC, RowRecord, is_scored
 from pytest_geo.report.baseline import Comparison, compare
+from pytest_geo.report.judges import Panel, panel_of
 from pytest_geo.report.stats import confidence_interval, is_proportion, movement, wilson_interval
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.scoring import Summary, summarize
@@ -38,14 +39,36 @@ class SuiteResult:
     # The scores of rows that ran without error: movement and sign tests read only these,
     # so a burst of failed calls (scored 0.0) never reads as "unchanged" or as a drop.
     clean_scores: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    # With --geo-judge: each judge's figures, the panel's and the agreement (report/judges.py),
+    # and `--geo-min-score SUITE@JUDGE=VALUE`'s limits by judge.
+    panel: Panel | None = field(default=None, repr=False, compare=False)
+    judge_thresholds: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def label(self) -> str:
         return f"{self.suite}::{self.metric}"
 
     @property
+    def gated(self) -> Summary:
+        """What --geo-min-score holds to: the panel's figures with judges, else the suite's."""
+        return self.panel.panel if self.panel is not None else self.summary
+
+    def threshold_misses(self) -> list[tuple[str, Summary, float]]:
+        """(who: "score", "panel" or "judge NAME"; their figures; the limit) for each limit missed."""
+        misses: list[tuple[str, Summary, float]] = []
+        if self.threshold is not None and self.gated.mean < self.threshold:
+            misses.append(("panel" if self.panel is not None else "score", self.gated, self.threshold))
+        for judge, limit in self.judge_thresholds.items():
+            summary = self.panel.judges.get(judge) if self.panel is not None else None
+            if summary is None or summary.mean < limit:
+                misses.append((f"judge {judge}", summary or summarize(()), limit))
+        return misses
+
+    @property
     def below_threshold(self) -> bool:
-        return self.threshold is not None and self.summary.mean < self.threshold
+        if self.panel is None and not self.judge_thresholds:  # the common case, as before judges
+            return self.threshold is not None and self.summary.mean < self.threshold
+        return bool(self.threshold_misses())
 
     @property
     def error_rate(self) -> float:
@@ -61,6 +84,10 @@ class SuiteResult:
         if self.metric == GEO_METRIC:
             data.update(self.summary.as_geo())
         data.update(statistics(self.summary, self.clean_scores, geo=self.metric == GEO_METRIC))
+        if self.panel is not None:
+            data.update(self.panel.as_json())
+        if self.judge_thresholds:
+            data["judge_thresholds"] = dict(self.judge_thresholds)
         return data
 
 
@@ -115,7 +142,7 @@ class Results:
     records: list[RowRecord] = field(default_factory=list)
     min_scores: dict[str, float] = field(default_factory=dict)
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
-    concurrency: dict[str, Any] | None = None  # reached and 429s seen (engine/adaptive.py)
+    concurrency: dict[str, Any] | None = None  # reached and 429s seen (llm/adaptive.py)
     # What servers refused and how requests changed, once per model and parameter (llm/healing.py)
     request_changes: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
@@ -198,8 +225,12 @@ class Results:
             feedback = fold_feedback([r["feedback"] for r in scored]) if scored else "no examples"
             values = tuple([float(r["score"]) for r in scored])
             clean = tuple([float(r["score"]) for r in scored if not has_error(r)])
+            panel = panel_of(scored) if metric == GEO_METRIC else None
+            limits = {key.partition("@")[2]: value for key, value in self.min_scores.items()
+                      if key.startswith(f"{suite}@")}
             results.append(SuiteResult(suite, metric, split, summarize(values), feedback, threshold, values,
-                                       errors=len(values) - len(clean), clean_scores=clean))
+                                       errors=len(values) - len(clean), clean_scores=clean, panel=panel,
+                                       judge_thresholds=limits))
         return results
 
     def geo_suites(self) -> dict[str, Summary]:

@@ -271,9 +271,12 @@ def simulated_differences(rng: random.Random, rows: int, *, mean: float, spread:
 def comparison_json(c: Comparison, scores: Mapping[str, object], alpha: float,
                     cost_per_item: float | None) -> dict[str, Any]:
     """What the JSON report says per comparison (the summary and HTML read this):
-    `cost_per_item` is the run's spend per GEO item so far (None: unpriced)."""
+    `cost_per_item` is the run's spend per GEO item so far (None: unpriced); the money
+    not spent is that times the items the decision left out."""
     ran = sum(1 for _, m in c.units if any(n in scores for n in m.values()))
-    items_not_run = sum(1 for _, m in c.units for n in m.values() if n not in scores)
+    # Only the items the decision left out count: rows a budget, -x or an interrupt
+    # stopped were not saved by the comparison (and an undecided one saved nothing).
+    items_not_run = sum(1 for n in c.not_needed if n not in scores)
     return {
         "kind": c.kind, "suite": c.suite, "split": c.split, "decided": c.decided,
         "rows_used": c.read, "rows_run": ran, "rows_available": len(c.units), "rows_excluded": c.excluded,
@@ -292,14 +295,21 @@ def sequential_json(monitor: Monitor, usage: Mapping[str, Mapping[str, int]], it
     return [comparison_json(c, monitor.scores, monitor.alpha, per_item) for c in monitor.comparisons]
 
 
+def not_spent(entry: Mapping[str, Any]) -> str:
+    """The money a comparison saved by stopping early, in words."""
+    saved = entry["dollars_not_spent"]
+    if not entry["decided"]:
+        return "nothing saved (undecided)"
+    return f"${saved:.4f} not spent" if saved is not None else "dollars not spent unknown (no price)"
+
+
 def sequential_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     """The summary's lines per sequential comparison."""
     lines = []
     for e in entries:
         what = "variants of" if e["kind"] == "variants" else "against the baseline:"
         state = "decided" if e["decided"] else "undecided"
-        saved = e["dollars_not_spent"]
-        money = f"${saved:.4f} not spent" if saved is not None else "dollars not spent unknown (no price)"
+        money = not_spent(e)
         lines.append(f"sequential: {what} {e['suite']} [{e['split']}]: {state} after {e['rows_used']} of "
                      f"{e['rows_available']} rows ({e['rows_run']} ran, {e['rows_excluded']} with an error left "
                      f"out); {money}")

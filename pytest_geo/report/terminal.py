@@ -61,9 +61,18 @@ def geo_block_lines(results: Results) -> list[str]:
                   format_stats_line(suite.summary, suite.clean_scores, suite.errors)]
         if noise is not None:
             lines.append(noise.summary())
-    if len(results.geo_suites()) > 1:
+        if suite.panel is not None:
+            lines += suite.panel.lines(name)
+    # Pooled over suites; not over variants, which score the same rows again.
+    if len(results.geo_suites()) > 1 and not any("variant" in r for r in results.records):
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
     return lines
+
+
+def panel_lines(results: Results) -> list[str]:
+    """The judges' figures of each GEO suite judged by a panel (--geo-judge)."""
+    return [line for name, suite in results.geo_suite_results().items() if suite.panel is not None
+            for line in suite.panel.lines(name)]
 
 
 def comparison_lines(results: Results, show_split: bool = False) -> list[str]:

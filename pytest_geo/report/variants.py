@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_geo.data.record import RowRecord, is_scored
+from pytest_geo.report.judges import matrix, paired_cells
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import SuiteResult
 from pytest_geo.report.stats import Paired, confidence_interval, paired
@@ -32,14 +33,20 @@ class VariantPair:
     def ci95(self) -> tuple[float, float] | None:
         return confidence_interval(self.paired.mean_diff, self.paired.stderr, self.paired.n)
 
+    @property
+    def tied(self) -> bool:
+        """Neither is better on these rows: `better` and `worse` are then only an order."""
+        return self.paired.mean_diff == 0
+
     def as_json(self) -> dict[str, Any]:
         ci = self.ci95
-        return {"better": self.better, "worse": self.worse, **self.paired.as_json(),
+        return {"better": self.better, "worse": self.worse, "tied": self.tied, **self.paired.as_json(),
                 "ci95": list(ci) if ci is not None else None, "excluded": self.excluded}
 
     def summary(self) -> str:
         p = self.paired
-        text = (f"  {self.better} - {self.worse}: n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
+        between = f"{self.better} = {self.worse} (tied)" if self.tied else f"{self.better} - {self.worse}"
+        text = (f"  {between}: n={p.n} mean_diff={p.mean_diff:+.4f} stderr={p.stderr:.4f} "
                 f"ci95={format_ci(self.ci95)} sign_test_p={format_p(p.sign_test_p)} "
                 f"({p.up} better, {p.down} worse, {p.n - p.up - p.down} tied)")
         return text + (f"; {self.excluded} row(s) with an error left out" if self.excluded else "")
@@ -53,19 +60,51 @@ class VariantComparison:
     split: str
     variants: tuple[tuple[str, SuiteResult], ...]  # best first
     pairs: tuple[VariantPair, ...]
+    # With --geo-judge: variants x judges (and the panel), each cell's n, mean and stderr,
+    # and each pair's paired comparison per judge and on the panel (report/judges.py).
+    matrix: dict[str, dict[str, dict[str, float | int]]] | None = None
+    judge_pairs: tuple[tuple[str, str, str, Paired], ...] = ()  # (better, worse, judge or "panel", paired)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "suite": self.suite, "split": self.split,
             "variants": [{"variant": name, "suite": result.suite, "n": result.summary.n, "score": result.summary.mean,
                           **result.summary.as_geo()} for name, result in self.variants],
             "pairs": [p.as_json() for p in self.pairs],
         }
+        if self.matrix is not None:
+            data["matrix"] = self.matrix
+            data["judge_pairs"] = [{"better": b, "worse": w, "judge": j, **p.as_json()}
+                                   for b, w, j, p in self.judge_pairs]
+        return data
 
     def lines(self, show_split: bool = False) -> list[str]:
         split = f" [{self.split}]" if show_split else ""
-        ranked = " > ".join(f"{name} {result.summary.mean:.4f}" for name, result in self.variants)
-        return [f"variants of {self.suite}{split}, best first: {ranked}", *(p.summary() for p in self.pairs)]
+        places = self.places()
+        ranked = f"{self.variants[0][0]} {self.variants[0][1].summary.mean:.4f}"
+        for i, (name, result) in enumerate(self.variants[1:], 1):
+            ranked += (" = " if places[i] == places[i - 1] else " > ") + f"{name} {result.summary.mean:.4f}"
+        return [f"variants of {self.suite}{split}, best first: {ranked}", *(p.summary() for p in self.pairs),
+                *self.matrix_lines()]
+
+    def matrix_lines(self) -> list[str]:
+        """The variants x judges matrix (mean ± stderr, n), then each judge's paired comparisons."""
+        if self.matrix is None:
+            return []
+        columns = list(next(iter(self.matrix.values())))
+        lines = [f"  variants x judges (mean +/- stderr, n): {' | '.join(columns)}"]
+        for variant, row in self.matrix.items():
+            cells = " | ".join(f"{c['mean']:+.4f} +/- {c['stderr']:.4f} (n={c['n']})" for c in row.values())
+            lines.append(f"    {variant}: {cells}")
+        for better, worse, judge, p in self.judge_pairs:
+            lines.append(f"  {better} - {worse} by {judge}: n={p.n} mean_diff={p.mean_diff:+.4f} "
+                         f"stderr={p.stderr:.4f} sign_test_p={format_p(p.sign_test_p)}")
+        return lines
+
+    def places(self) -> list[int]:
+        """Each variant's place, best first: variants with the same score share it."""
+        means = [result.summary.mean for _, result in self.variants]
+        return [1 + sum(1 for other in means if other > mean) for mean in means]
 
 
 def _row_id(record: RowRecord) -> str:
@@ -92,7 +131,7 @@ def compare_variants(records: Iterable[RowRecord], suites: Iterable[SuiteResult]
         for i, (better, _) in enumerate(ranked):
             for worse, _ in ranked[i + 1:]:
                 pairs.append(_pair(better, worse, by_variant[better], by_variant[worse]))
-        comparisons.append(VariantComparison(suite, split, ranked, tuple(pairs)))
+        comparisons.append(VariantComparison(suite, split, ranked, tuple(pairs), *_judged(ranked, by_variant)))
     return sorted(comparisons, key=lambda c: (c.suite, c.split != "train"))
 
 
@@ -100,3 +139,17 @@ def _pair(better: str, worse: str, a: dict[str, RowRecord], b: dict[str, RowReco
     both = [row for row in a if row in b and a[row].get("error") is None and b[row].get("error") is None]
     diffs = paired([float(a[r]["score"]) for r in both], [float(b[r]["score"]) for r in both])
     return VariantPair(better, worse, diffs, len(set(a) | set(b)) - len(both))
+
+
+def _judged(ranked: tuple[tuple[str, SuiteResult], ...], by_variant: dict[str, dict[str, RowRecord]]) -> tuple[
+        dict[str, dict[str, dict[str, float | int]]] | None, tuple[tuple[str, str, str, Paired], ...]]:
+    """With judges: the variants x judges matrix and every pair's comparison per judge and
+    on the panel; (None, ()) without."""
+    records = {name: list(by_variant[name].values()) for name, _ in ranked}
+    if not any(r.get("judges") for rows in records.values() for r in rows):
+        return None, ()
+    table = matrix(records)
+    columns = list(next(iter(table.values())))
+    pairs = [(better, worse, judge, paired_cells(records[better], records[worse], judge))
+             for i, (better, _) in enumerate(ranked) for worse, _ in ranked[i + 1:] for judge in columns]
+    return table, tuple(pairs)

@@ -71,6 +71,7 @@
     var box = el("details", "call");
     box.open = true;
     var label = [call.step, call.role, call.model, "attempt " + call.attempt, call.cached ? "from cache" : "live"];
+    if (call.judge) label.splice(2, 0, "judge " + call.judge);
     if (call.error) label.push("failed");
     box.appendChild(el("summary", call.error ? "bad" : "", label.join(" · ")));
     call.messages.forEach(function (message) {
@@ -133,6 +134,7 @@
     function ref(text) { strings.push(String(text)); return strings.length - 1; }
     function call(c) {
       return { step: c.step, role: c.role, model: c.model, attempt: c.attempt, cached: c.cached, error: c.error,
+        judge: c.judge,
         messages: (c.messages || []).map(function (m) { return [m.role, ref(m.content)]; }),
         answer: c.answer === null || c.answer === undefined ? null : ref(c.answer) };
     }
@@ -163,7 +165,29 @@
     }, function (error) { done(error); });
   }
 
+  // With --geo-judge: each judge's ranks and its ranking of the original candidates.
+  function judgesElement(judges) {
+    var t = el("table", "judges"), head = el("tr");
+    ["judge", "before", "after", "improvement", "ranking of the originals", "error"].forEach(function (h) {
+      head.appendChild(el("th", "", h));
+    });
+    t.appendChild(el("thead")).appendChild(head);
+    var tb = t.appendChild(el("tbody"));
+    judges.forEach(function (j) {
+      var tr = el("tr", j[4] ? "error" : "");
+      tr.appendChild(el("td", "", j[0]));
+      tr.appendChild(el("td", "num", number(j[1], 0)));
+      tr.appendChild(el("td", "num", number(j[2], 0)));
+      tr.appendChild(el("td", "num", number(j[3], 0)));
+      tr.appendChild(el("td", "", j[5].join(", ")));
+      tr.appendChild(el("td", "bad", j[4] || ""));
+      tb.appendChild(tr);
+    });
+    return t;
+  }
+
   function rowTranscript(r, td) {
+    if (r.judges) td.appendChild(judgesElement(r.judges));
     if (transcripts === null) transcripts = JSON.parse(document.getElementById("geo-transcripts").textContent);
     var entry = transcripts.rows[r.i];
     if (entry) return td.appendChild(transcriptElement(entry, transcripts.strings));

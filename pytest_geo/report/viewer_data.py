@@ -71,6 +71,7 @@ def _call_view(call: Mapping[str, Any], strings: StringTable) -> dict[str, Any]:
                      for m in call.get("messages", [])],
         "answer": None if answer is None else strings.ref(str(answer)),
         "error": call.get("error"),
+        **({"judge": call["judge"]} if call.get("judge") else {}),
     }
 
 
@@ -114,6 +115,9 @@ def row_view(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
         view["original"], view["rewritten"] = original or "", rewritten or ""
     if record.get("repeats"):
         view["repeats"] = len(record["repeats"])
+    if record.get("judges"):  # each judge's ranks and its ranking of the originals, for the transcript
+        view["judges"] = [[name, c.get("rank_before"), c.get("rank_after"), c.get("rank_improvement"),
+                           c.get("error"), c.get("order_before") or []] for name, c in record["judges"].items()]
     return view
 
 

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pytest_geo.llm.base import ChatRequest
-from pytest_geo.settings import OUTPUT_CAP_FLAGS
+from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS, OUTPUT_CAP_FLAGS
 from pytest_geo.templates import PromptError, placeholders, render
 
 if TYPE_CHECKING:
@@ -99,14 +99,15 @@ class PromptProcedure:
             {"role": "user", "content": user}
         ]
         settings = session.settings
+        cap = settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS  # free text: no size to know it by
         request = ChatRequest(
             PROCEDURE_ROLE, settings.models["rewriter"], tuple(messages), settings.temperature,
-            {"procedure": self.name, "input": value}, max_output_tokens=settings.max_output_tokens,
+            {"procedure": self.name, "input": value}, max_output_tokens=cap,
         )
         response = await session.client.complete(request)
         # Its answer is the procedure's output, free text: no schema, and nothing to parse;
         # but a cut or oversized one is no output to score.
-        check_answer(self.name, response, settings.max_output_tokens, OUTPUT_CAP_FLAGS[settings.front_end])
+        check_answer(self.name, response, cap, OUTPUT_CAP_FLAGS[settings.front_end])
         output = response.text.strip()
         trace = _TRACE.get()
         if trace is not None:

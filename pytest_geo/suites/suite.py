@@ -24,6 +24,7 @@ from pytest_geo.data.dataset import (
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.scoring import MetricReturnError, Score, normalize
 from pytest_geo.suites.procedures import PromptProcedure
+from pytest_geo.suites.row_names import by_content, by_position
 
 Row = tuple[Any, Any]
 MAX_PYTHON_ROWS = 100_000  # one pytest item each
@@ -91,6 +92,7 @@ class Suite:
     procedure: Callable[..., Any] | None = None
     base_dir: Path | None = None
     metrics: list[Metric] = field(default_factory=list)
+    row_threshold: float | None = None  # a row scoring below it fails its item (scores alone never do)
 
     def metric(
         self, fn: MetricFn | str | None = None, *, dataset: str | None = None, name: str | None = None
@@ -133,12 +135,12 @@ class Suite:
                 f"suite {self.name!r} defines {len(self.metrics)} metrics ({names}); a suite has exactly one"
             )
         metric = self.metrics[0]
-        if self.threshold is not None and (
-            isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
-            or not math.isfinite(self.threshold)
-        ):
-            # NaN compares false with every score: a NaN threshold would never fail.
-            raise SuiteError(f"suite {self.name!r}: threshold must be a finite number, got {self.threshold!r}")
+        for key, value in (("threshold", self.threshold), ("row_threshold", self.row_threshold)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            ):
+                # NaN compares false with every score: a NaN threshold would never fail.
+                raise SuiteError(f"suite {self.name!r}: {key} must be a finite number, got {value!r}")
         if metric.dataset_free:
             return metric
         if metric.dataset not in self.data and metric.dataset not in self.test_data:
@@ -180,8 +182,11 @@ def suite(
     dataset: str | None = None,
     threshold: float | None = None,
     markers: Sequence[str] = (),
+    row_threshold: float | None = None,
 ) -> Suite:
-    """Declare an eval suite named after the procedure it scores (a name or the callable)."""
+    """Declare an eval suite named after the procedure it scores (a name or the callable).
+    `threshold` fails the suite when its mean is below it; `row_threshold` fails each row
+    scoring below it (without either, scores alone never fail the run)."""
     procedure = None if isinstance(name, str) else name
     if isinstance(name, str):
         suite_name = name
@@ -200,6 +205,7 @@ def suite(
         tuple(markers),
         procedure,
         Path(caller).parent if caller and not caller.startswith("<") else None,
+        row_threshold=row_threshold,
     )
     if metric is not None:
         declared.metric(metric, dataset=dataset)
@@ -235,7 +241,7 @@ def score_metric(metric: Metric, value: Any, expected: Any) -> Score:
         return Score.from_error(str(exc))
     except (Exception, SystemExit) as exc:
         detail = str(exc)
-        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+        return Score.from_error(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__, exc)
 
 
 async def _await(awaitable: Any) -> Any:
@@ -245,19 +251,29 @@ async def _await(awaitable: Any) -> Any:
 def load_rows(
     suite_name: str, dataset: str, spec: DatasetSpec, base_dir: Path | None, seed: int, geo: bool = False
 ) -> list[Any]:
-    """A dataset's rows: pairs, GEO rows (for the rank metric) or problems; raises
-    SuiteError naming the suite and dataset when the data cannot be loaded at all."""
+    """A dataset's rows, in the order `load_named_rows` gives them."""
+    return [row for _, row in load_named_rows(suite_name, dataset, spec, base_dir, seed, geo)]
+
+
+def load_named_rows(
+    suite_name: str, dataset: str, spec: DatasetSpec, base_dir: Path | None, seed: int, geo: bool = False
+) -> list[tuple[str, Any]]:
+    """A dataset's rows: pairs, GEO rows (for the rank metric) or problems, each with its
+    name in node ids (suites/row_names.py: its position in a file, list or tuple, else
+    its content's hash); raises SuiteError naming the suite and dataset when the data
+    cannot be loaded at all."""
     where = f"suite {suite_name!r}: dataset {dataset!r}"
     try:
         if isinstance(spec, (str, Path)):
             path = Path(spec)
             if not path.is_absolute() and base_dir is not None:
                 path = base_dir / path
-            return list(iter_dataset(path, seed)) if geo else _read_pairs(path)
+            return by_position(list(iter_dataset(path, seed)) if geo else _read_pairs(path))
         if geo:
             raise SuiteError(f"{where}: the {GEO_METRIC} metric needs a GEO JSONL file path")
         rows = spec() if callable(spec) else spec
-        return [_pair(row, where, i) for i, row in enumerate(_bounded(rows, where))]
+        pairs = [_pair(row, where, i) for i, row in enumerate(_bounded(rows, where))]
+        return by_position(pairs) if isinstance(rows, list | tuple) else by_content(pairs)
     except SuiteError:
         raise
     except DatasetError as exc:
@@ -340,8 +356,10 @@ def _pair_line(path: Path, line_no: int, raw: bytes) -> list[Row]:
 
 
 def suites_in(module: Any) -> list[Suite]:
-    """The suites a module (a test module, a conftest.py, a suites file) declares."""
-    return [obj for obj in vars(module).values() if isinstance(obj, Suite)] if module is not None else []
+    """The suites a module (a test module, a conftest.py, a suites file) declares, each
+    once however many names it is bound to."""
+    found = {id(obj): obj for obj in vars(module).values() if isinstance(obj, Suite)} if module is not None else {}
+    return list(found.values())
 
 
-__all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_rows", "score_row", "suite"]
+__all__ = ["DatasetLine", "Metric", "Suite", "SuiteError", "load_named_rows", "load_rows", "score_row", "suite"]

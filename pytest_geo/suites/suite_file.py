@@ -3,6 +3,7 @@ a `module:function` the file names explicitly."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,19 @@ def _problem(error: jsonschema.ValidationError) -> str:
     return shorten(error.message, 160)
 
 
+def _unknown_key(error: jsonschema.ValidationError) -> str:
+    """`metrics: unknown key (did you mean 'metric'?)`, or the keys allowed there."""
+    schema: Any = error.schema
+    known = list(schema.get("properties", {}))
+    instance: Any = error.instance
+    key = next(str(k) for k in instance if k not in known)
+    where = _field(error)
+    field = key if where == "(top level)" else f"{where}.{key}"
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+    return f"{shorten(field, 80)}: unknown key ({hint})"
+
+
 def import_object(spec: str, path: Path | str, field: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
@@ -81,6 +95,9 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         validator("suite.schema.json").iter_errors(doc), key=lambda e: (len(list(e.absolute_path)), e.message)
     )
     if errors:
+        unknown = [e for e in errors if e.validator == "additionalProperties" and isinstance(e.instance, dict)]
+        if unknown:  # a misspelt key also leaves a required one missing: name the cause
+            raise SuiteFileError(f"{shown}: {_unknown_key(unknown[0])}")
         error = jsonschema.exceptions.best_match(errors)
         raise SuiteFileError(f"{shown}: {_field(error)}: {_problem(error)}")
     builtin = doc["metric"].get("builtin")
@@ -95,6 +112,7 @@ def load_suite_file(path: Path, label: str | None = None) -> Suite:
         data=dict(doc["data"]),
         test_data=dict(doc.get("test_data") or {}),
         threshold=doc.get("threshold"),
+        row_threshold=doc.get("row_threshold"),
         markers=tuple(doc.get("markers", ())),
         procedure=procedure,
         base_dir=path.parent,

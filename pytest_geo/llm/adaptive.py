@@ -14,7 +14,7 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   the 429 tens of milliseconds late, with dozens more sent (and connections opened for
   them) meanwhile;
 - then additive increase: about one row per round trip (1/limit per successful call);
-- no growth while the client's own event loop runs late (engine/loop_lag.py): it is its
+- no growth while the client's own event loop runs late (llm/loop_lag.py): it is its
   own bottleneck then;
 - calls sent under the current limit taking twice as long as the fastest seen trim the
   limit by a tenth, once per window, like a nearly spent budget: the server is queueing
@@ -75,8 +75,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_geo.engine.limiter import Limiter
-from pytest_geo.engine.loop_lag import LoopLag
+from pytest_geo.llm.limiter import Limiter
+from pytest_geo.llm.loop_lag import LoopLag
 from pytest_geo.settings import DEFAULT_CONCURRENCY
 
 START = DEFAULT_CONCURRENCY  # rows: the old fixed default, so auto never opens harder than it did
@@ -112,28 +112,40 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str) -> float | None:
-    """OpenAI's reset format ("20ms", "1s", "6m0s", "1h2m3.5s"), or plain seconds."""
+    """OpenAI's reset format ("20ms", "1s", "6m0s", "1h2m3.5s"), or plain seconds; None
+    for anything else, and for what no wait can be (NaN, infinite, negative, over a day)."""
     text = text.strip()
     try:
-        return float(text)
+        return _seconds(float(text))
     except ValueError:
         pass
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
-    return sum(float(n) * _UNIT[u] for n, u in parts)
+    return _seconds(sum(float(n) * _UNIT[u] for n, u in parts))
+
+
+MAX_HEADER_SECONDS = 86400.0  # a header's wait or reset beyond a day is not one to act on
+MIN_RESET = 0.001  # a reset below a millisecond (1e-320) would make an infinite refill rate
+
+
+def _seconds(value: float) -> float | None:
+    """A header's number of seconds, or None when it cannot be one."""
+    return value if math.isfinite(value) and 0 <= value <= MAX_HEADER_SECONDS else None
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds to wait, as the SDK reads them (milliseconds first), else the reset time
-    of a limit whose remaining budget is zero."""
+    of a limit whose remaining budget is zero. A value that is no wait is ignored."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is not None:
             try:
-                return max(0.0, float(value) * scale)
+                seconds = _seconds(max(0.0, float(value)) * scale)
             except ValueError:
                 continue
+            if seconds is not None:
+                return seconds
     resets = [
         parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
         for kind in ("requests", "tokens")
@@ -152,7 +164,7 @@ def refill_rate(headers: Mapping[str, str]) -> float | None:
     except (KeyError, ValueError):
         return None
     reset = parse_duration(headers.get("x-ratelimit-reset-requests", ""))
-    if reset is None or reset <= 0 or remaining >= limit:
+    if reset is None or reset < MIN_RESET or remaining >= limit or remaining < 0:
         return None
     return (limit - remaining) / reset
 
@@ -164,6 +176,8 @@ def budget_low(headers: Mapping[str, str], requests_in_flight: int) -> bool:
             remaining = int(headers[f"x-ratelimit-remaining-{kind}"])
             limit = int(headers[f"x-ratelimit-limit-{kind}"])
         except (KeyError, ValueError):
+            continue
+        if limit <= 0 or remaining < 0:
             continue
         if remaining < LOW_BUDGET * limit or (kind == "requests" and remaining < requests_in_flight):
             return True

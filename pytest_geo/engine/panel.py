@@ -1,0 +1,152 @@
+"""One row judged by a panel (`--geo-judge`): each judge ranks the original candidates
+(rank_before, shared by the row's variants), the rewriter rewrites the target once, and
+each judge ranks again with the rewrite (rank_after). J judges and V variants make
+J + V + J x V calls a row.
+
+A judge that fails leaves its own cell empty (its error kept) and the other judges
+finish; the rewrite failing fails the row. The row's top-level ranks are the means over
+the judges that scored it, so its rank_improvement is the panel's; its error names the
+first judge that failed, so the item fails naming it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_geo.data.dataset import GeoRow
+from pytest_geo.data.egeo_data import cached_order
+from pytest_geo.data.record import ModelCall
+from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, fact_violations, one_line
+from pytest_geo.engine.judges import Judge
+from pytest_geo.engine.prompts import PromptSet
+from pytest_geo.engine.shared_rank import SharedRanks
+from pytest_geo.llm.base import ServerUnusable
+
+Order = tuple[tuple[str, ...], tuple[ModelCall, ...]]  # a judge's ranking of the originals, and its calls
+Before = Callable[[Judge], Awaitable[Order]]
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """One judge's cell of a row: its ranks, or why it has none."""
+
+    name: str
+    rank_before: int | None = None
+    rank_after: int | None = None
+    error: str | None = None
+    order_before: tuple[str, ...] = ()  # its ranking of the original candidates, best first
+    not_run: bool = False  # its server was found unusable
+
+    @property
+    def rank_improvement(self) -> int | None:
+        if self.error is not None or self.rank_before is None or self.rank_after is None:
+            return None
+        return self.rank_before - self.rank_after
+
+    def record(self) -> dict[str, Any]:
+        return {"rank_before": self.rank_before, "rank_after": self.rank_after,
+                "rank_improvement": self.rank_improvement, "error": self.error,
+                "order_before": list(self.order_before)}
+
+
+def _mean(values: list[int]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+async def _ranked_before(engine: GeoEngine, row: GeoRow, judge: Judge) -> Order:
+    calls: list[ModelCall] = []
+    order = await engine.ranking(row, row.candidates, calls, "rank_before", judge)
+    return tuple(order), tuple(calls)
+
+
+def shared_before(engine: GeoEngine, row: GeoRow, shared: SharedRanks, repeat: int = 0) -> Before:
+    """Each judge's rank_before of `row`, shared by the row's variants (and kept per repeat)."""
+    def before(judge: Judge) -> Awaitable[Order]:
+        return shared.rank(row, repeat, lambda: _ranked_before(engine, row, judge), judge.name)
+    return before
+
+
+async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = None,
+                    before: Before | None = None, rewriter_model: str | None = None) -> GeoOutcome:
+    """The experiment with every judge of `engine.judges`; `before` gives a judge's
+    rank_before (shared by variants), else each is asked here."""
+    judges = engine.judges
+    shown = engine.shown(row.candidates)
+    before_calls: dict[str, list[ModelCall]] = {j.name: [] for j in judges}
+    after_calls: dict[str, list[ModelCall]] = {j.name: [] for j in judges}
+    rewrite_calls: list[ModelCall] = []
+
+    async def rank_before(judge: Judge) -> tuple[str, ...]:
+        cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
+        if cached is not None:
+            return cached
+        if before is None:
+            order, calls = await _ranked_before(engine, row, judge)
+        else:
+            order, calls = await before(judge)
+        before_calls[judge.name].extend(ModelCall(**c) for c in calls)
+        return order
+
+    befores = {j.name: asyncio.ensure_future(rank_before(j)) for j in judges}
+    rewritten: str | None = None
+    error: str | None = None
+    not_run = False
+    violations: tuple[str, ...] = ()
+    cells: list[JudgeOutcome] = []
+    try:
+        rewritten = await engine.rewrite(row, prompts, rewrite_calls, rewriter_model)
+    except asyncio.CancelledError:
+        await _stop(befores.values())
+        raise
+    except Exception as exc:  # no rewrite: no judge can score the row
+        await _stop(befores.values())
+        error, not_run = one_line(exc), isinstance(exc, ServerUnusable)
+        cells = [JudgeOutcome(j.name, error=f"no rewrite: {error}") for j in judges]
+    if rewritten is not None:
+        violations = fact_violations(row, rewritten)
+        after_shown = shown.rewritten(row.target_id, rewritten)
+
+        async def judged(judge: Judge) -> JudgeOutcome:
+            after = engine.ranking(row, after_shown, after_calls[judge.name], "rank_after", judge)
+            got = await asyncio.gather(befores[judge.name], after, return_exceptions=True)
+            for result in got:
+                if isinstance(result, BaseException):
+                    if not isinstance(result, Exception):
+                        raise result
+                    return JudgeOutcome(judge.name, error=one_line(result), not_run=isinstance(result, ServerUnusable))
+            order, after_order = got
+            assert isinstance(order, tuple) and isinstance(after_order, list)
+            return JudgeOutcome(judge.name, order.index(row.target_id) + 1, after_order.index(row.target_id) + 1,
+                                order_before=order)
+
+        cells = list(await asyncio.gather(*(judged(j) for j in judges)))
+        failed = [c for c in cells if c.error is not None]
+        if failed:
+            error = "; ".join(f"judge {c.name}: {c.error}" for c in failed)
+            not_run = all(c.not_run for c in cells)
+        elif engine.strict_facts and violations:
+            error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
+    scored = [c for c in cells if c.rank_improvement is not None]
+    calls = (*(c for j in judges for c in before_calls[j.name]), *rewrite_calls,
+             *(c for j in judges for c in after_calls[j.name]))
+    if error is not None:
+        calls = tuple(ModelCall(**c) for c in calls)
+    before_mean = _mean([c.rank_before for c in scored if c.rank_before is not None])
+    after_mean = _mean([c.rank_after for c in scored if c.rank_after is not None])
+    return GeoOutcome(row.query_id, row.target_id, before_mean, after_mean, rewritten, error, (), violations,
+                      calls, not_run, tuple(cells))
+
+
+async def _stop(tasks: Any) -> None:
+    """Cancel what is still running and wait for it (its errors read, never logged)."""
+    tasks = list(tasks)
+    running = [t for t in tasks if not t.done()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()

@@ -1,0 +1,306 @@
+"""--geo-judge: a panel of judges, each ranking every row before and after its rewrite
+(one rewrite per variant, shared by the judges), per-judge, panel and agreement figures.
+
+The fake server ranks the usual way for every model except those whose name holds
+"reversed", which see everything the other way round: with `geo_rows` the target goes
+from 3rd to 1st for a usual judge (+2) and from 1st to 3rd for a reversed one (-2)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from fake_openai import FakeOpenAI
+
+from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from pytest_geo.cli import main
+
+# The fake server's rewriter returns the description unchanged for this template.
+KEEP_TEMPLATE_TEXT = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
+SIGNAL_TEMPLATE_TEXT = "Query: {{query}}\nTitle: {{title}}\nOriginal description: {{description}}\nRewrite it.\n"
+
+
+def calls_by_model(project: GeoProject) -> Counter[tuple[str, str]]:
+    """(model, rank or rewrite) of every chat request the fake server received."""
+    seen: Counter[tuple[str, str]] = Counter()
+    for request in project.server.requests:
+        body = request["body"]
+        system = next((m["content"] for m in body["messages"] if m["role"] == "system"), "")
+        seen[(body["model"], "rank" if "ordered_ids" in system else "rewrite")] += 1
+    return seen
+
+
+def report(project: GeoProject, name: str = "r.json") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((project.pytester.path / name).read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("pytest_geo").joinpath("schemas/report.schema.json").read_text("utf-8"))
+    jsonschema.validate(data, schema)
+    return data
+
+
+def judges_of(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Node id -> the row's judges object."""
+    return {row["nodeid"]: row["judges"] for row in data["rows"]}
+
+
+def test_three_judges_make_j_plus_1_plus_j_calls_a_row_and_a_rerun_none(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    args = ("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b", "--geo-judge", "c=m-c")
+    served_project.run(*args).assert_outcomes(passed=3)
+    assert calls_by_model(served_project) == {("m-a", "rank"): 6, ("m-b", "rank"): 6, ("m-c", "rank"): 6,
+                                              ("gpt-4o-mini", "rewrite"): 3}
+    served_project.server.reset()
+    served_project.run(*args).assert_outcomes(passed=3)
+    assert served_project.server.requests == []  # every answer from the cache
+
+
+def test_judges_and_variants_make_j_plus_v_plus_jv_calls_a_row(served_project: GeoProject) -> None:
+    """3 judges, 2 variants (one with its own rewriter model): 3 + 2 + 6 calls a row."""
+    served_project.dataset(2)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b", "--geo-judge", "c=m-c",
+                                "--geo-variant", "x=keep.txt", "--geo-variant", "y=keep.txt@m2",
+                                "--geo-no-cache", "--geo-report", "r.json", "--geo-html", "r.html")
+    result.assert_outcomes(passed=4)
+    assert calls_by_model(served_project) == {("m-a", "rank"): 6, ("m-b", "rank"): 6, ("m-c", "rank"): 6,
+                                              ("gpt-4o-mini", "rewrite"): 2, ("m2", "rewrite"): 2}
+    assert len(served_project.server.requests) == 2 * (3 + 2 + 3 * 2)
+    data = report(served_project)
+    (comparison,) = data["variants"]
+    assert list(comparison["matrix"]) == ["x", "y"]
+    assert comparison["matrix"]["y"]["b"] == {"n": 2, "mean": 0.0, "stderr": 0.0}  # KEEP: nothing moves
+    assert {(p["better"], p["worse"], p["judge"]) for p in comparison["judge_pairs"]} == {
+        ("x", "y", "a"), ("x", "y", "b"), ("x", "y", "c"), ("x", "y", "panel")}
+    result.stdout.fnmatch_lines(["*variants x judges (mean +/- stderr, n): a | b | c | panel",
+                                 "    x: +0.0000 +/- 0.0000 (n=2) | *", "  x - y by a: n=2 mean_diff=+0.0000*"])
+    html = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
+
+
+def test_report_per_judge_panel_and_agreement(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
+                                "--geo-judge", "c=m-c", "--geo-report", "r.json", "--geo-html", "r.html")
+    result.assert_outcomes(passed=3)
+    data = report(served_project)
+    (suite,) = data["suites"]
+    assert suite["judges"] == {
+        "a": {"n": 3, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0},
+        "b": {"n": 3, "avg_rank_improvement": -2.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0},
+        "c": {"n": 3, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0}}
+    assert suite["panel"]["n"] == 3 and suite["panel"]["avg_rank_improvement"] == pytest.approx(2 / 3)
+    # Rows [2, -2, 2] three times: D_o = 3 * 64 / 2 / 9 = 32/3, D_e = 18 * 16 * 2 / 72 = 8
+    assert suite["agreement"]["krippendorff_alpha"] == pytest.approx(1 - (32 / 3) / 8)
+    # a and c agree (tau 1), b reverses both (tau -1): (1 - 1 - 1) / 3
+    assert suite["agreement"]["mean_kendall_tau"] == pytest.approx(-1 / 3)
+    assert suite["agreement"]["direction_agreement"] == 0.0 and suite["agreement"]["direction_rows"] == 3
+    cells = judges_of(data)["rows.jsonl::r0"]
+    assert cells["a"] == {"rank_before": 3, "rank_after": 1, "rank_improvement": 2, "error": None,
+                          "order_before": ["a0", "b0", "t0"]}
+    assert cells["b"] == {"rank_before": 1, "rank_after": 3, "rank_improvement": -2, "error": None,
+                          "order_before": ["t0", "b0", "a0"]}
+    result.stdout.fnmatch_lines([
+        "judges of rows.jsonl:",
+        "  judge a: n=3 avg_rank_improvement=2.0000 win_rate=1.0000 stderr_rank_improvement=0.0000",
+        "  judge b: n=3 avg_rank_improvement=-2.0000 win_rate=0.0000 stderr_rank_improvement=0.0000",
+        "  judge c: *",
+        "  panel: n=3 avg_rank_improvement=0.6667 *",
+        "  agreement: krippendorff_alpha=-0.3333 mean_kendall_tau=-0.3333 direction_agreement=0.0000 (over 3 rows*"])
+    html = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "Krippendorff" in html and '"judges":[["a",3,1,2,null,["a0","b0","t0"]]' in html
+    assert '"judge":"b"' in html  # each call says whose it is
+
+
+def test_a_variants_rewriter_model_without_judges(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    served_project.pytester.makeini("[pytest]\ngeo_variants =\n    x = keep.txt\n    y = keep.txt@m2\n")
+    served_project.run("rows.jsonl", "--geo-no-cache").assert_outcomes(passed=4)
+    assert calls_by_model(served_project) == {("gpt-4o-mini", "rank"): 6, ("gpt-4o-mini", "rewrite"): 2,
+                                              ("m2", "rewrite"): 2}
+
+
+def test_a_judges_error_leaves_its_cell_empty_and_fails_the_row_naming_it(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    served_project.server.fault_for = lambda body: "500" if body["model"] == "m-bad" else None
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "bad=m-bad",
+                                "--geo-report", "r.json", "--geo-max-retries", "0")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge bad: *"])
+    data = report(served_project)
+    cells = judges_of(data)["rows.jsonl::r0"]
+    assert cells["a"]["rank_improvement"] == 2 and cells["a"]["error"] is None
+    assert (cells["bad"]["rank_before"], cells["bad"]["rank_after"], cells["bad"]["rank_improvement"]) == (
+        None, None, None)
+    assert "500" in cells["bad"]["error"]
+    (suite,) = data["suites"]
+    assert suite["judges"]["bad"]["n"] == 0 and suite["judges"]["a"]["n"] == 2
+    assert suite["panel"] == {"n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0}
+    assert suite["agreement"]["direction_rows"] == 0 and suite["agreement"]["direction_agreement"] is None
+
+
+def test_min_score_holds_the_panel_and_one_judge_with_suite_at_judge(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-judge", "c=m-c")
+    served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl=0.6").assert_outcomes(passed=2)
+    result = served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl=0.7",
+                                "--geo-min-score", "rows.jsonl@b=-1")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*rows.jsonl::threshold*panel score 0.6667 < 0.7000*",
+                                 "*rows.jsonl::threshold@b*judge b score -2.0000 < -1.0000*"])
+    result = served_project.run("rows.jsonl", *judges, "--geo-min-score", "rows.jsonl@zz=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-min-score: 'rows.jsonl@zz': no judge named 'zz' (judges: a, b, c)*"])
+
+
+def test_a_judge_in_a_panel_ranks_as_it_does_alone(served_project: GeoProject) -> None:
+    """The panel changes nothing about how one judge is asked: the same requests, the
+    same ranks per row as in a run of its own."""
+    served_project.dataset(3)
+    served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-no-cache",
+                       "--geo-report", "panel.json").assert_outcomes(passed=3)
+    in_panel = [json.dumps(r["body"], sort_keys=True) for r in served_project.server.requests
+                if r["body"]["model"] == "m-b-reversed"]
+    served_project.server.reset()
+    served_project.run("rows.jsonl", "--geo-judge", "b=m-b-reversed", "--geo-no-cache",
+                       "--geo-report", "alone.json").assert_outcomes(passed=3)
+    alone = [json.dumps(r["body"], sort_keys=True) for r in served_project.server.requests
+             if r["body"]["model"] == "m-b-reversed"]
+    assert len(in_panel) == 6 and sorted(in_panel) == sorted(alone)
+    panel, single = judges_of(report(served_project, "panel.json")), judges_of(report(served_project, "alone.json"))
+    assert {row: cells["b"] for row, cells in panel.items()} == {row: cells["b"] for row, cells in single.items()}
+    assert single["rows.jsonl::r2"]["b"]["rank_improvement"] == -2
+
+
+def test_judges_with_repeats_average_each_judge_over_the_orders(served_project: GeoProject) -> None:
+    served_project.dataset(2)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed",
+                                "--geo-repeats", "2", "--geo-no-cache", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 2 * 2 * (2 + 1 + 2)
+    data = report(served_project)
+    cells = judges_of(data)["rows.jsonl::r0"]
+    assert (cells["a"]["rank_improvement"], cells["b"]["rank_improvement"]) == (2.0, -2.0)
+    assert [sorted(run["judges"]) for run in data["rows"][0]["repeats"]] == [["a", "b"], ["a", "b"]]
+    assert data["suites"][0]["panel"]["avg_rank_improvement"] == 0.0
+
+
+def test_judges_against_a_baseline(served_project: GeoProject) -> None:
+    served_project.dataset(3)
+    judges = ("--geo-judge", "a=m-a", "--geo-judge", "b=m-b")
+    served_project.run("rows.jsonl", *judges, "--geo-report", "base.json").assert_outcomes(passed=3)
+    result = served_project.run("rows.jsonl", *judges, "--geo-baseline", "base.json", "--geo-report", "r.json")
+    result.assert_outcomes(passed=3)
+    (compared,) = report(served_project)["baseline"]["suites"]
+    assert compared["paired"]["n"] == 3 and compared["paired"]["mean_diff"] == 0.0
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-c",
+                                "--geo-baseline", "base.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*was made with another model (judges: a=m-a, b=m-b in the baseline, "
+                                 "a=m-a, b=m-c now)*"])
+    served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-c", "--geo-baseline", "base.json",
+                       "--geo-baseline-force").assert_outcomes(passed=3)
+
+
+def test_judges_with_a_token_budget_stop_within_it(served_project: GeoProject) -> None:
+    """Each call reserves its worst case (its prompt and the 4,096-token cap, about 5,400
+    tokens) and a row spends about 1,400: the budget stops the run after two rows, and
+    the rows it left are skipped, never scored."""
+    tokens = 8000
+    result = served_project.run(str(served_project.dataset(8)), "--geo-judge", "a=m-a", "--geo-judge", "b=m-b",
+                                "--geo-concurrency", "1", "--geo-budget-tokens", str(tokens), "--geo-report", "r.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes == {"passed": 2, "skipped": 6, "failed": 1}  # the failure: pytest-geo::budget
+    billed = served_project.server.billed
+    assert billed["prompt_tokens"] + billed["completion_tokens"] <= tokens
+    result.stdout.fnmatch_lines(["*budget reached*"])
+    assert all(set(row["judges"]) == {"a", "b"} for row in report(served_project)["rows"])
+    assert report(served_project)["budget"]["reached"]
+
+
+def test_judges_with_sequential_variants(served_project: GeoProject) -> None:
+    served_project.dataset(6)
+    (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
+    (served_project.pytester.path / "signal.txt").write_text(SIGNAL_TEMPLATE_TEXT, encoding="utf-8")
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-judge", "b=m-b",
+                                "--geo-variant", "move=signal.txt", "--geo-variant", "keep=keep.txt",
+                                "--geo-sequential", "--geo-report", "r.json")
+    assert result.ret == pytest.ExitCode.OK
+    data = report(served_project)
+    assert data["sequential"] and data["variants"][0]["matrix"]["move"]["a"]["mean"] == 2.0
+    assert data["variants"][0]["matrix"]["keep"]["panel"]["mean"] == 0.0
+
+
+def test_egeo_judge_prints_per_judge_panel_and_agreement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--judge", "a=m-a", "--judge", "b=m-b-reversed", "--no-cache"])
+    assert code == 0
+    out, err = capsys.readouterr()
+    printed = json.loads(out)
+    assert printed["judges"] == {
+        "a": {"n": 2, "avg_rank_improvement": 2.0, "win_rate": 1.0, "stderr_rank_improvement": 0.0},
+        "b": {"n": 2, "avg_rank_improvement": -2.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0}}
+    assert printed["panel"] == {"n": 2, "avg_rank_improvement": 0.0, "win_rate": 0.0, "stderr_rank_improvement": 0.0}
+    # Rows [2, -2] twice: D_o = 2 * 32 / 4 = 16, D_e = 8 * 16 / 12 = 32/3, alpha = 1 - 1.5
+    assert printed["agreement"] == {"krippendorff_alpha": -0.5, "mean_kendall_tau": -1.0,
+                                    "direction_agreement": 0.0, "direction_rows": 2}
+    assert Counter(r["body"]["model"] for r in fake_openai.requests) == {"m-a": 4, "m-b-reversed": 4,
+                                                                          "gpt-4o-mini": 2}
+    assert "  judge b: n=2 avg_rank_improvement=-2.0000 win_rate=0.0000 stderr_rank_improvement=0.0000" in err
+
+
+def test_ini_judges_with_their_own_system_prompt_temperature_and_cap(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    system = (served_project.pytester.path / "prompts" / "ranker_system.txt").read_text(encoding="utf-8")
+    (served_project.pytester.path / "strict.txt").write_text("A strict judge.\n" + system, encoding="utf-8")
+    served_project.pytester.makeini("[pytest]\ngeo_judges =\n    a = m-a\n"
+                                    "    b = m-b system=strict.txt temperature=0.5 max_output_tokens=2000\n")
+    served_project.run("rows.jsonl", "--geo-no-cache").assert_outcomes(passed=1)
+    sent = {(r["body"]["model"], r["body"]["messages"][0]["content"].startswith("A strict judge."),
+             r["body"].get("temperature"), r["body"].get("max_tokens")) for r in served_project.server.requests}
+    assert sent == {("m-a", False, 0, 4096), ("m-b", True, 0.5, 2000), ("gpt-4o-mini", False, 0, 4096)}
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("a", "*argument --geo-judge: 'a' is not NAME=MODEL*"),
+    ("a b=m", "*judge name 'a b' may use only letters*"),
+    ("a=m colour=red", "*'colour=red' is not one of system=..., temperature=..., max_output_tokens=...*"),
+])
+def test_a_bad_judge_is_a_usage_error(served_project: GeoProject, flag: str, message: str) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_a_judge_given_twice_or_a_missing_system_file_is_a_usage_error(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m", "--geo-judge", "a=n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-judge: judge 'a' is given twice*"])
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m system=nowhere.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*judge a: *nowhere.txt: cannot read the system template*"])
+
+
+def test_judges_under_xdist_aggregate_on_the_controller(
+        pytester: pytest.Pytester, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    project = GeoProject(pytester, fake_openai)
+    project.dataset(4)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "rows.jsonl", "--geo-base-url", fake_openai.url,
+        "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-report", "r.json")
+    result.assert_outcomes(passed=4)
+    data = report(project)
+    assert {name: j["n"] for name, j in data["suites"][0]["judges"].items()} == {"a": 4, "b": 4}
+    assert data["suites"][0]["agreement"]["mean_kendall_tau"] == -1.0
+    assert len(data["rows"]) == 4 and all(set(row["judges"]) == {"a", "b"} for row in data["rows"])
+    result.stdout.fnmatch_lines(["  judge b: n=4 avg_rank_improvement=-2.0000 *"])
