@@ -30,6 +30,7 @@ from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
+from pytest_geo.report.egeo_submission import write_submission
 from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
@@ -268,6 +269,11 @@ def _write_reports(args: argparse.Namespace, results: Results, settings: Setting
     if args.report or args.html:
         results.metadata = run_metadata(settings, started, duration)
     write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
+    if args.egeo_submission:
+        judges = {j.name: j.model for j in settings.judges}
+        for folder in write_submission(results, Path(args.egeo_submission), judges, settings.models,
+                                       settings.variant_models, dict(args.submission_meta)):
+            print(f"E-GEO submission written to {folder}", file=sys.stderr)
     for line in written_lines(results, (("--report", "report", args.report), ("--html", "HTML report", args.html))):
         print(line, file=sys.stderr)
     for error in results.write_errors:

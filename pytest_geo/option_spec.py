@@ -28,6 +28,7 @@ from pytest_geo.options import (
     share,
     split_mode,
     structured_mode,
+    submission_meta,
     temperature,
     variant,
 )
@@ -130,6 +131,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--geo-html", "write a self-contained HTML report to PATH (it embeds the model calls of the first "
            "200 rows and 200 errored ones; the rest open from the transcripts file)", metavar="PATH",
            egeo="--html"),
+    Option("--geo-egeo-submission", "write the E-GEO leaderboard's submission files (metadata.json, results.json, "
+           "rewrites.jsonl) to DIR, one folder per variant; the judges' keys are their model ids (gpt_5, "
+           "claude_sonnet_4_5, ...)", metavar="DIR", egeo="--egeo-submission"),
+    Option("--geo-submission-meta", "metadata of the E-GEO submission: name, contact, type (model+prompt, fine-tuned "
+           "or agent), description, code_url, paper_url; repeatable (pytest: the flags replace the ini's lines)",
+           type=submission_meta, action="append", default=[], metavar="KEY=VALUE", ini="geo_submission_meta",
+           ini_type="linelist", ini_help="E-GEO submission metadata, one KEY = VALUE a line",
+           egeo="--submission-meta"),
     *_roles(),
     Option("--geo-temperature", "sampling temperature for every call", type=temperature, metavar="T",
            shown_default="0, and none for reasoning models such as o3 and gpt-5-mini, which take only their own",

@@ -44,6 +44,18 @@ def positive_int(text: str) -> int:
     return _at_least(any_int(text), text, 1)
 
 
+def submission_meta(text: str) -> tuple[str, str]:
+    """`KEY = VALUE` of the E-GEO submission's metadata (report/egeo_submission.py)."""
+    from pytest_geo.report.egeo_submission import META_KEYS, SUBMISSION_TYPES
+
+    key, sep, value = (part.strip() for part in text.partition("="))
+    if not sep or key not in META_KEYS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE with KEY one of {', '.join(META_KEYS)}")
+    if key == "type" and value not in SUBMISSION_TYPES:
+        raise argparse.ArgumentTypeError(f"{text!r}: type is one of {', '.join(SUBMISSION_TYPES)}")
+    return key, value
+
+
 def shard(text: str) -> tuple[int, int]:
     """`K/N`: the K-th of N shards (1 <= K <= N)."""
     k, sep, n = text.partition("/")

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.plugin
+
 SUITE = "data/smoke.jsonl"
 NODE = "data/smoke.jsonl::q1"
 

@@ -19,6 +19,8 @@ from pytest_geo.report.judges import (
     panel_value,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def cell(improvement: int | None, error: str | None = None, order: list[str] | None = None) -> dict[str, Any]:
     return {"rank_before": None, "rank_after": None, "rank_improvement": improvement, "error": error,

@@ -11,6 +11,8 @@ from fake_openai import FakeOpenAI
 from conftest import GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize("value", ["y", "maybe", "2"])
 def test_an_unknown_mock_value_is_a_usage_error_before_any_call(served_project: GeoProject,

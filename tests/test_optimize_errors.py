@@ -14,6 +14,8 @@ from test_optimize import Project, Recording, make_project, run
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import INSTRUCTIONS
 
+pytestmark = pytest.mark.unit
+
 SMOKE_QUERIES = [json.loads(line)["query"] for line in
                  (Path(__file__).resolve().parents[1] / "eval/datasets/geo_smoke.jsonl").read_text().splitlines()]
 

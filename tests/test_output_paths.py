@@ -14,6 +14,8 @@ import pytest
 from conftest import egeo_workdir
 from pytest_geo.cli import main
 
+pytestmark = pytest.mark.plugin
+
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--geo-report", "data/smoke.jsonl"],

@@ -17,6 +17,8 @@ import pytest
 
 from pytest_geo.llm.redaction import redact
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-proj-Qx7escapeTestKEY0042abcd"
 NOTHING = re.compile(r"(?!)")
 BEFORE, AFTER = "A kettle. ", " Steel."

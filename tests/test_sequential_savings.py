@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_sequential import strategies
 
 from conftest import GeoProject
+
+pytestmark = pytest.mark.e2e
 
 
 def test_rows_a_budget_stopped_are_not_credited_to_an_undecided_comparison(served_project: GeoProject) -> None:

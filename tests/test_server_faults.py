@@ -16,6 +16,8 @@ from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ModelError
 from pytest_geo.llm.openai_client import OpenAIChatClient
 
+pytestmark = pytest.mark.e2e
+
 KEY = "sk-test-dummy-0000"
 RANKER = ChatRequest(
     "ranker", "m", ({"role": "system", "content": 'Answer {"ordered_ids": [...]}'},

@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("xdist")
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]

@@ -3,13 +3,17 @@ decide the exit status, and the terminal summary."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_geo.options import submission_meta
 from pytest_geo.pytest_layer.budget import final_budget
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
+from pytest_geo.report.egeo_submission import write_submission
 from pytest_geo.report.gates import GateFailure, gate_failures
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
@@ -42,10 +46,28 @@ def write_reports(session: pytest.Session, results: Results, started: float, dur
     html_path = None if results.nothing_selected else config.getoption("geo_html")
     write_report_files(results, config.getoption("geo_report"), html_path, who="pytest-geo",
                        flags=("--geo-report", "--geo-html"))
+    if config.getoption("geo_egeo_submission") and not results.nothing_selected:
+        _write_submission(config, results)
     if results.write_errors:
         send_gate_reports(session, [GateFailure(REPORT_GATE, "; ".join(results.write_errors))])
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_submission(config: pytest.Config, results: Results) -> None:
+    """The E-GEO leaderboard's files (report/egeo_submission.py); a failure is a report's."""
+    directory = config.getoption("geo_egeo_submission")
+    settings = settings_of(config)
+    try:
+        meta = config.getoption("geo_submission_meta") or [
+            submission_meta(line) for line in config.getini("geo_submission_meta") if line.strip()]
+        write_submission(results, Path(directory), {j.name: j.model for j in settings.judges}, settings.models,
+                         settings.variant_models, dict(meta))
+    except argparse.ArgumentTypeError as exc:
+        results.write_errors.append(f"pytest-geo: ini option geo_submission_meta: {exc}")
+    except OSError as exc:
+        results.write_errors.append(f"pytest-geo: --geo-egeo-submission: cannot write {directory}: "
+                                    f"{exc.strerror or exc}")
 
 
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
