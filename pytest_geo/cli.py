@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,25 +26,22 @@ from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
-from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
-from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.egeo_submission import write_submission
+from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
-from pytest_geo.report.progress import ProgressDisplay, status_text
+from pytest_geo.report.progress import RunProgress, stderr_progress
 from pytest_geo.report.results import Results
-from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, sequential_json, sequential_lines
-from pytest_geo.report.terminal import fact_lines, request_change_lines
+from pytest_geo.report.stopping import Monitor, monitor_for, planned_row, rounds
+from pytest_geo.report.terminal import comparison_lines, fact_lines, panel_lines, run_notes, written_lines
 from pytest_geo.report.transcripts import TranscriptSpool
-from pytest_geo.report.variants import compare_variants
 from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
     DEFAULT_CACHE_DIR,
-    DEFAULT_CONCURRENCY,
     PYTEST_CACHE,
     ROLES,
     SettingError,
@@ -131,23 +127,6 @@ def _variants(named: Sequence[tuple[str, str]]) -> tuple[dict[str, Path], dict[s
     return variants, models
 
 
-class StderrOutput:
-    """The status line's place: stderr, whose cursor egeo always leaves at a line start."""
-
-    def write_raw(self, text: str) -> None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-
-    def line(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    def column(self) -> int:
-        return 0
-
-    def width(self) -> int:
-        return shutil.get_terminal_size().columns
-
-
 def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[DatasetLine]]:
     """The rows --limit, --sample and --shard keep, with their names: the plugin's rule, so
     `egeo evaluate --sample N` and `pytest --geo-sample N` run the same rows."""
@@ -160,22 +139,13 @@ def _selected_lines(path: Path, settings: Settings) -> tuple[list[str], list[Dat
     return [names[i] for i in keep], [lines[i] for i in keep]
 
 
-def _progress(settings: Settings) -> ProgressDisplay | None:
-    """The status line on stderr (stdout stays the metrics JSON)."""
-    if settings.progress == "off":
-        return None
-    return ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty())
-
-
-def _run_rows(geo: GeoSession, rows: list[GeoRow], display: ProgressDisplay | None,
-              selected: int) -> Iterator[Outcome]:
+def _run_rows(geo: GeoSession, rows: list[GeoRow], progress: RunProgress | None) -> Iterator[Outcome]:
     """Each row's outcome in order, as it is ready: the caller records it (its transcript
-    goes to the spool) before the next, so finished rows' calls do not pile up in memory.
-    `selected`: the run's rows (under --sequential, every round's), as the status line counts them."""
+    goes to the spool) before the next, so finished rows' calls do not pile up in memory."""
     geo.schedule_many(rows)
     for row in rows:
-        if display is not None:
-            display.wait(geo.needed(row), lambda: status_text(geo.progress(selected)))
+        if progress is not None:
+            progress.wait_for(row)
         yield geo.outcome(row)
 
 
@@ -221,91 +191,93 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
               *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
     check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
-    names, lines = _selected_lines(args.dataset, settings)
     dataset = str(args.dataset)
-    # (node id, suite, row): with variants one per row and variant, named as the plugin names them.
-    named_rows = [(f"{dataset}::{name}", dataset, line) for name, line in zip(names, lines, strict=True)
-                  if isinstance(line, GeoRow)]
-    if settings.variants:
-        named_rows = [(f"{nodeid}[{v}]", f"{suite}[{v}]", replace(row, variant=v))
-                      for nodeid, suite, row in named_rows for v in settings.variants]
-    problems = [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+    jobs, problems = _jobs(args.dataset, settings)
     for _, problem in problems:
         print(problem, file=sys.stderr)
     local = placeholder_key_host(settings)
     if local is not None:
         print(f"egeo: no OPENAI_API_KEY: a placeholder key for the local server {local}", file=sys.stderr)
-    geo = GeoSession(settings)
     results = Results(transcripts=TranscriptSpool(keep=bool(args.report or args.html)))
-    monitor = _monitor(settings, named_rows) if settings.sequential else None
-    results.sequential = monitor
+    results.sequential = _monitor(settings, jobs) if settings.sequential else None
+    geo = GeoSession(settings)
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
         _ready_cache(args, settings)
         print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
-        display = _progress(settings)
-        # The plugin's records and aggregation, so `egeo` and pytest cannot drift.
-        for batch in _rounds(named_rows, monitor):
-            results.selected.update(nodeid for nodeid, _, _ in batch)
-            outcomes = _run_rows(geo, [row for _, _, row in batch], display, len(named_rows))
-            for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
-                if outcome.not_run:  # never sent (the budget, a server found unusable): no score
-                    continue
-                record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
-                results.add(record)
-                if monitor is not None:
-                    monitor.add(record)
-                if outcome.error is not None:
-                    print(f"{suite}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
-                if args.verbose:
-                    print(json.dumps(verbose_line(outcome)))
+        _run(geo, jobs, results, verbose=args.verbose)
     finally:
         geo.close()
-    if not settings.mock and (stats := geo.concurrency_told()) is not None:  # the mock has no rate limits
-        print(stats_line(stats), file=sys.stderr)
-    usage = results.usage = geo.usage_table()
-    results.request_changes = geo.request_changes()
+    take_counts(results, geo)  # the plugin's records, aggregation and summary, so egeo and pytest cannot drift
     results.budget = budget_status(settings)
     for name, problem in problems:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
-    for line in fact_lines(results):
-        print(line, file=sys.stderr)
-    for line in request_change_lines(results.request_changes):
-        print(line, file=sys.stderr)
-    if usage:
-        print("model usage:", file=sys.stderr)
-        for line in usage_lines(usage):
-            print(f"  {line}", file=sys.stderr)
-        if not settings.mock:
-            print(cost_line(usage, price_option="pytest's ini option geo_prices"), file=sys.stderr)
-    if results.budget is not None:
-        print(results.budget.line(), file=sys.stderr)
-    stopped = geo.stopped or results.budget_reached
-    if stopped is not None and not results.complete:
-        print(f"egeo: partial run: {results.not_run} of {len(results.selected)} rows did not run ({stopped}); "
-              "the metrics cover only the rows that ran", file=sys.stderr)
-    for line in _comparison_lines(results):
+    for line in [*run_notes(results, settings.mock, "pytest's ini option geo_prices"), *fact_lines(results),
+                 *_partial(results, geo.stopped), *panel_lines(results), *comparison_lines(results)]:
         print(line, file=sys.stderr)
     print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
+    _write_reports(args, results, settings, started, time.perf_counter() - clock)
+    failed = results.problems or results.write_errors or not results.complete
+    return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
+
+
+def _jobs(path: Path, settings: Settings) -> tuple[list[Job], list[tuple[str, RowProblem]]]:
+    """The rows to run, as (node id, suite, row), named as the plugin names them (with
+    variants one per row and variant), and the malformed lines with their names."""
+    names, lines = _selected_lines(path, settings)
+    dataset = str(path)
+    jobs = [(f"{dataset}::{name}", dataset, line) for name, line in zip(names, lines, strict=True)
+            if isinstance(line, GeoRow)]
+    if settings.variants:
+        jobs = [(f"{nodeid}[{v}]", f"{suite}[{v}]", replace(row, variant=v))
+                for nodeid, suite, row in jobs for v in settings.variants]
+    return jobs, [(name, line) for name, line in zip(names, lines, strict=True) if isinstance(line, RowProblem)]
+
+
+def _run(geo: GeoSession, jobs: Sequence[Job], results: Results, verbose: bool) -> None:
+    """Every job, a round at a time under --sequential; each row's record as the plugin
+    makes it, in order, as it is ready."""
+    progress = stderr_progress(geo, len(jobs))  # under --sequential, counting every round's rows
+    for batch in _rounds(jobs, results.sequential):
+        results.selected.update(nodeid for nodeid, _, _ in batch)
+        outcomes = _run_rows(geo, [row for _, _, row in batch], progress)
+        for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
+            if outcome.not_run:  # never sent (the budget, a server found unusable): no score
+                continue
+            record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
+            results.add(record)
+            if results.sequential is not None:
+                results.sequential.add(record)
+            if outcome.error is not None:
+                print(f"{suite}: {outcome.query_id or outcome.target_id}: error: {outcome.error}", file=sys.stderr)
+            if verbose:
+                print(json.dumps(verbose_line(outcome)))
+
+
+def _partial(results: Results, stopped: str | None) -> list[str]:
+    stopped = stopped or results.budget_reached
+    if stopped is None or results.complete:
+        return []
+    return [f"egeo: partial run: {results.not_run} of {len(results.selected)} rows did not run ({stopped}); "
+            "the metrics cover only the rows that ran"]
+
+
+def _write_reports(args: argparse.Namespace, results: Results, settings: Settings, started: float,
+                   duration: float) -> None:
     if args.report or args.html:
-        results.metadata = run_metadata(settings, started, time.perf_counter() - clock)
-    written = write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
+        results.metadata = run_metadata(settings, started, duration)
+    write_report_files(results, args.report, args.html, who="egeo", flags=("--report", "--html"))
     if args.egeo_submission:
         judges = {j.name: j.model for j in settings.judges}
         for folder in write_submission(results, Path(args.egeo_submission), judges, settings.models,
                                        settings.variant_models, dict(args.submission_meta)):
             print(f"E-GEO submission written to {folder}", file=sys.stderr)
-    for kind, path in (("report", args.report), ("HTML report", args.html)):
-        if path in written:
-            print(f"{kind} written to {path}", file=sys.stderr)
-    if results.transcripts_path is not None:
-        print(f"transcripts written to {results.transcripts_path}", file=sys.stderr)
+    for line in written_lines(results, (("--report", "report", args.report), ("--html", "HTML report", args.html))):
+        print(line, file=sys.stderr)
     for error in results.write_errors:
         print(error, file=sys.stderr)
-    failed = results.problems or results.write_errors or not results.complete
-    return 1 if failed or any(r["error"] is not None for r in results.records if r["kind"] == "geo") else 0
 
 
 Job = tuple[str, str, GeoRow]  # node id, suite, row
@@ -328,37 +300,18 @@ def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
-    planned = [PlannedRow(nodeid=nodeid, suite=suite, split="train", unit=nodeid.removesuffix(f"[{row.variant}]"),
-                          variant=row.variant, candidates=len(row.candidates)) for nodeid, suite, row in jobs]
-    return build_monitor(planned, seed=settings.seed, alpha=settings.alpha, margin=settings.margin,
-                         concurrency=settings.concurrency or DEFAULT_CONCURRENCY, variants=list(settings.variants))
+    return monitor_for([planned_row(nodeid, suite, "train", row.variant, len(row.candidates))
+                        for nodeid, suite, row in jobs], settings)
 
 
 def _rounds(jobs: Sequence[Job], monitor: Monitor | None) -> Iterator[list[Job]]:
-    """Every row at once; under --sequential a round at a time in the seeded order, until
-    the comparison is decided (the caller feeds each round's records to the monitor)."""
+    """Every row at once; under --sequential a round at a time (report/stopping.py)."""
     if monitor is None:
         yield list(jobs)
         return
     by_nodeid = {job[0]: job for job in jobs}
-    for comparison in monitor.comparisons:
-        for start in range(0, len(comparison.units), comparison.round_size):
-            if comparison.decided:
-                break
-            yield [by_nodeid[n] for _, members in comparison.units[start:start + comparison.round_size]
-                   for n in members.values()]
-
-
-def _comparison_lines(results: Results) -> list[str]:
-    """The judges' figures, the variants' paired comparisons and the sequential decisions,
-    as pytest prints them."""
-    lines = [line for name, s in results.geo_suite_results().items() if s.panel is not None
-             for line in s.panel.lines(name)]
-    lines += [line for c in compare_variants(results.records, results.suites()) for line in c.lines()]
-    if results.sequential is not None:
-        items_run = sum(1 for r in results.records if r["kind"] == "geo")
-        lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
-    return lines
+    for nodeids in rounds(monitor):
+        yield [by_nodeid[n] for n in nodeids]
 
 
 def verbose_line(outcome: Outcome) -> dict[str, object]:

@@ -39,7 +39,6 @@ from pytest_geo.pytest_layer.options import (
     remembered_changes,
     settings_from_config,
 )
-from pytest_geo.pytest_layer.progress import PluginProgress
 from pytest_geo.pytest_layer.selection import deselect_rows
 from pytest_geo.pytest_layer.sequential import (
     ITEMS,
@@ -68,8 +67,10 @@ from pytest_geo.pytest_layer.state import (
 from pytest_geo.pytest_layer.summary import report_gates, terminal_summary, write_reports
 from pytest_geo.report.baseline import BaselineError, differences, load_baseline
 from pytest_geo.report.concurrency import merge_stats
+from pytest_geo.report.finish import take_counts
 from pytest_geo.report.junit import junit_properties, pass_junit, writes_junit
 from pytest_geo.report.metadata import base_url_host, run_identity
+from pytest_geo.report.progress import terminal_progress
 from pytest_geo.report.results import Results
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.settings import Settings, describe_prompts
@@ -91,7 +92,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """Before conftests load and the command line is parsed for good: keep the project's
     rootdir when `--geo-dataset PATH` moved it, and make `--geo-dataset` without positional
     arguments the run's arguments (invocation.py says why and how)."""
-    restore_project_setup(early_config, args)
+    restore_project_setup(early_config, parser, args)
     datasets_as_args(early_config, args)
 
 
@@ -288,7 +289,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
         # Under --geo-sequential a comparison's rows are scheduled a round at a time (before each item).
         session.config.stash[LOOKAHEAD] = RunLookahead(
             geo, [item for item in rows if run is None or not run.in_comparison(item)])
-        session.config.stash[PROGRESS] = PluginProgress.start(session.config, geo, len(rows))
+        session.config.stash[PROGRESS] = terminal_progress(session.config, geo, len(rows))
     elif geo is not None:
         lookahead = session.config.stash[LOOKAHEAD] = WorkerLookahead.for_worker(session, geo)
         if (run := sequential_run(session.config)) is not None:
@@ -403,10 +404,7 @@ class GeoCollector:
         geo = running_session(self.config)
         if geo is not None:
             geo.close()
-            merge_usage(self.results.usage, geo.usage_table())  # the loop has stopped: safe to read
-            if (stats := geo.concurrency_told()) is not None:
-                self.results.concurrency = merge_stats(self.results.concurrency, stats)
-            merge_lessons(self.results.request_changes, geo.request_changes())
+            take_counts(self.results, geo)  # the loop has stopped: safe to read
         run = sequential_run(self.config)
         if run is not None:
             run.close()

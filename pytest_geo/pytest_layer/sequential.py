@@ -28,8 +28,7 @@ from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import RowRecord
 from pytest_geo.pytest_layer.items import GeoRowItem
 from pytest_geo.pytest_layer.state import is_xdist_worker, results_of, running_session, settings_of
-from pytest_geo.report.stopping import Monitor, PlannedRow, build_monitor, run_order
-from pytest_geo.settings import DEFAULT_CONCURRENCY
+from pytest_geo.report.stopping import Monitor, PlannedRow, monitor_for, planned_row, run_order
 
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
@@ -57,13 +56,11 @@ def sequential_run(config: pytest.Config) -> SequentialRun | None:
 
 
 def _unit(item: GeoRowItem) -> str:
-    variant = item.row.variant
-    return item.nodeid.removesuffix(f"[{variant}]") if variant is not None else item.nodeid
+    return planned(item)["unit"]
 
 
 def planned(item: GeoRowItem) -> PlannedRow:
-    return PlannedRow(nodeid=item.nodeid, suite=item.suite_name, split=item.split, unit=_unit(item),
-                      variant=item.row.variant, candidates=len(item.row.candidates))
+    return planned_row(item.nodeid, item.suite_name, item.split, item.row.variant, len(item.row.candidates))
 
 
 class SequentialRun:
@@ -103,9 +100,7 @@ class SequentialRun:
         if results.baseline is not None:
             baseline = {(r["suite"], r["nodeid"]): float(r["score"]) for r in results.baseline["rows"]
                         if r.get("error") is None}
-        self.monitor = build_monitor(plan, seed=settings.seed, alpha=settings.alpha, margin=settings.margin,
-                                     concurrency=settings.concurrency or DEFAULT_CONCURRENCY,
-                                     variants=list(settings.variants), baseline=baseline)
+        self.monitor = monitor_for(plan, settings, baseline)
         results.sequential = self.monitor
 
     # The deciding process (-n 0, or the xdist controller).

@@ -15,7 +15,7 @@ from pytest_geo.settings import Settings
 if TYPE_CHECKING:
     from pytest_geo.engine.session import GeoSession
     from pytest_geo.pytest_layer.lookahead import RunLookahead, WorkerLookahead
-    from pytest_geo.pytest_layer.progress import PluginProgress
+    from pytest_geo.report.progress import RunProgress
     from pytest_geo.suites.suite import Suite
 
 SETTINGS = pytest.StashKey[Settings]()
@@ -25,7 +25,7 @@ DATASETS = pytest.StashKey[set[Path]]()
 HEADER_SHOWN = pytest.StashKey[bool]()  # the geo: header was printed (pytest_report_header)
 LOOKAHEAD: pytest.StashKey[RunLookahead | WorkerLookahead | None] = pytest.StashKey()
 REGISTERED_MARKERS = pytest.StashKey[set[str]]()
-PROGRESS: pytest.StashKey[PluginProgress | None] = pytest.StashKey()
+PROGRESS: pytest.StashKey[RunProgress | None] = pytest.StashKey()
 # suite name -> (the suite, the file declaring it): a second suite under one name is an error
 DECLARED_SUITES = pytest.StashKey[dict[str, tuple["Suite", str]]]()
 MAX_ERROR_RATE: pytest.StashKey[float | None] = pytest.StashKey()  # --geo-max-error-rate

@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 
 from pytest_geo.llm.ledger import LOST_ROLE
-from pytest_geo.llm.usage import cost_line, empty_counts, usage_lines
+from pytest_geo.llm.usage import empty_counts
 from pytest_geo.options import submission_meta
 from pytest_geo.pytest_layer.budget import final_budget
 from pytest_geo.pytest_layer.gate_reports import send_gate_reports
 from pytest_geo.pytest_layer.state import MAX_ERROR_RATE, results_of, settings_of
-from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.egeo_submission import write_submission
 from pytest_geo.report.gates import GateFailure, gate_failures
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import write_report_files
 from pytest_geo.report.results import Results
-from pytest_geo.report.terminal import request_change_lines, terminal_lines
+from pytest_geo.report.terminal import run_notes, terminal_lines, written_lines
 from pytest_geo.text import printable
 
 
@@ -85,27 +84,13 @@ def _write_submission(config: pytest.Config, results: Results) -> None:
 def terminal_summary(config: pytest.Config, results: Results, terminalreporter: Any) -> None:
     if results.nothing_selected:
         return
+    settings = settings_of(config)
     terminalreporter.write_sep("=", "pytest-geo evaluation")
     for error in results.write_errors:
         terminalreporter.write_line(error, red=True)
-    if results.usage:
-        terminalreporter.write_line("model usage:")
-        for line in usage_lines(results.usage):
-            terminalreporter.write_line(f"  {line}")
-        if not settings_of(config).mock:  # the mock costs nothing
-            terminalreporter.write_line(cost_line(results.usage))
-    for line in request_change_lines(results.request_changes):
-        terminalreporter.write_line(printable(line))
-    if results.budget is not None:
-        terminalreporter.write_line(results.budget.line())
-    if results.concurrency is not None and not settings_of(config).mock:  # the mock has no rate limits
-        terminalreporter.write_line(stats_line(results.concurrency))
     # Where the reports went, together after the metrics (the Evals: block stays last).
-    written = [f"{kind} written to {path}" for flag, kind, path in
-               (("--geo-report", "report", config.getoption("geo_report")),
-                ("--geo-html", "HTML report", config.getoption("geo_html")))
-               if path and not any(flag in e for e in results.write_errors)]
-    if results.transcripts_path is not None:
-        written.append(f"transcripts written to {results.transcripts_path}")
-    for line in terminal_lines(results, show_split=settings_of(config).split == "all", written=written):
+    written = written_lines(results, (("--geo-report", "report", config.getoption("geo_report")),
+                                      ("--geo-html", "HTML report", config.getoption("geo_html"))))
+    for line in [*run_notes(results, settings.mock),
+                 *terminal_lines(results, show_split=settings.split == "all", written=written)]:
         terminalreporter.write_line(printable(line))  # feedback holds model and dataset text

@@ -106,30 +106,39 @@ def differences(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> tupl
     before = baseline.get("metadata")
     if not isinstance(before, Mapping):
         return ["the baseline records no run metadata (models, prompts, seed)"], []
-    listed: list[str] = []
-    refusing: list[str] = []
+    refusing, listed = _model_differences(before, current)
+    listed += _prompt_differences(_mapping(before.get("prompts_sha256")), current["prompts_sha256"])
+    listed += [f"{key}: {before[key]} in the baseline, {current[key]} now" for key in ("seed", "repeats")
+               if key in before and before[key] != current[key]]
+    return refusing + listed, refusing
+
+
+def _model_differences(before: Mapping[str, Any], current: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(the model differences that refuse the comparison, the server's that do not)."""
     if bool(before.get("mock")) != bool(current["mock"]):
         words = {True: "the mock", False: "a real model"}
-        refusing.append(f"model: {words[bool(before.get('mock'))]} in the baseline, {words[bool(current['mock'])]} now")
-    elif not current["mock"]:
-        models = _mapping(before.get("models"))
-        for role in EVAL_ROLES:
-            if models.get(role) != current["models"].get(role):
-                refusing.append(f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now")
-        judges, now = _mapping(before.get("judges")), current.get("judges") or {}
-        if dict(judges) != now:
-            refusing.append(f"judges: {_named(judges)} in the baseline, {_named(now)} now")
-        if before.get("base_url_host") != current["base_url_host"]:
-            listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
-    hashes = _mapping(before.get("prompts_sha256"))
-    for name in sorted(set(hashes) | set(current["prompts_sha256"])):
-        if hashes.get(name) != current["prompts_sha256"].get(name):
-            state = "added" if name not in hashes else "removed" if name not in current["prompts_sha256"] else "changed"
+        return [f"model: {words[bool(before.get('mock'))]} in the baseline, {words[bool(current['mock'])]} now"], []
+    if current["mock"]:
+        return [], []
+    models = _mapping(before.get("models"))
+    refusing = [f"{role} model: {models.get(role)} in the baseline, {current['models'].get(role)} now"
+                for role in EVAL_ROLES if models.get(role) != current["models"].get(role)]
+    judges, now = _mapping(before.get("judges")), current.get("judges") or {}
+    if dict(judges) != now:
+        refusing.append(f"judges: {_named(judges)} in the baseline, {_named(now)} now")
+    listed = []
+    if before.get("base_url_host") != current["base_url_host"]:
+        listed.append(f"server: {before.get('base_url_host')} in the baseline, {current['base_url_host']} now")
+    return refusing, listed
+
+
+def _prompt_differences(hashes: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    listed = []
+    for name in sorted(set(hashes) | set(now)):
+        if hashes.get(name) != now.get(name):
+            state = "added" if name not in hashes else "removed" if name not in now else "changed"
             listed.append(f"prompt {name}: {state}")
-    for key in ("seed", "repeats"):
-        if key in before and before[key] != current[key]:
-            listed.append(f"{key}: {before[key]} in the baseline, {current[key]} now")
-    return refusing + listed, refusing
+    return listed
 
 
 def _named(judges: Mapping[str, Any]) -> str:

@@ -1,5 +1,5 @@
 """The live status line, shared by the plugin (on pytest's terminal) and `egeo` (on
-stderr):
+stderr); the engine counts what it shows (engine/progress.py):
 
     geo: 31/80 rows done, eta 42s, 16 in flight, 1 error, 2 retries, 41.2k tokens, $0.01230
 
@@ -18,6 +18,8 @@ where pytest left it. Elsewhere (CI logs) it is a plain line, the first after
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytest_geo.llm.prices import format_dollars
 
 if TYPE_CHECKING:
+    from pytest_geo.data.dataset import GeoRow
     from pytest_geo.engine.progress import Snapshot
+    from pytest_geo.engine.session import GeoSession
 
 TICK = 0.5  # at most two refreshes a second
 SHOW_AFTER = 2.0  # seconds into the run before the line shows at every wait
@@ -137,3 +141,76 @@ def _finished_within(future: concurrent.futures.Future[Any], timeout: float) -> 
     except concurrent.futures.CancelledError:
         pass
     return True
+
+
+class RunProgress:
+    """The status line while a front end's main thread waits for a row's outcome."""
+
+    def __init__(self, geo: GeoSession, selected: int, display: ProgressDisplay) -> None:
+        self.geo = geo
+        self.selected = selected  # the run's rows, as the line counts them
+        self.display = display
+
+    def wait_for(self, row: GeoRow) -> None:
+        future = self.geo.scheduled(row)
+        # A row scheduled later (a --geo-sequential round) is waited for by the item; a
+        # finished one (the common case: rows run ahead) is not waited for at all.
+        if future is not None and not future.done():
+            self.display.wait(self.geo.needed(row), lambda: status_text(self.geo.progress(self.selected)))
+
+
+class TerminalOutput:
+    """pytest's terminal, through its terminal reporter. The line is written with
+    `write_raw`, which leaves pytest's record of its current line alone, so pytest's
+    progress dots and `[ 50%]` keep their places."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def write_raw(self, text: str) -> None:
+        self.reporter.write_raw(text, flush=True)
+
+    def line(self, text: str) -> None:
+        self.reporter.write_line(text)
+
+    def column(self) -> int:
+        return int(self.reporter.config.get_terminal_writer().width_of_current_line)
+
+    def width(self) -> int:
+        return int(self.reporter.config.get_terminal_writer().fullwidth)
+
+
+def terminal_progress(config: Any, geo: GeoSession, selected: int) -> RunProgress | None:
+    """The plugin's line (`config` is pytest's): none when off, under -q -q in auto mode,
+    without a terminal reporter, or with no row selected."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    mode = geo.settings.progress
+    if mode == "off" or reporter is None or not selected or (mode == "auto" and config.getoption("verbose") <= -2):
+        return None
+    # Redrawing in place needs `write_raw` (pytest >= 9); before, plain lines as in a CI log.
+    tty = bool(getattr(reporter, "isatty", False)) and hasattr(reporter, "write_raw")
+    return RunProgress(geo, selected, ProgressDisplay(TerminalOutput(reporter), tty=tty))
+
+
+class StderrOutput:
+    """egeo's place for the line: stderr, whose cursor egeo always leaves at a line start
+    (stdout stays the metrics JSON)."""
+
+    def write_raw(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def line(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def column(self) -> int:
+        return 0
+
+    def width(self) -> int:
+        return shutil.get_terminal_size().columns
+
+
+def stderr_progress(geo: GeoSession, selected: int) -> RunProgress | None:
+    if geo.settings.progress == "off":
+        return None
+    return RunProgress(geo, selected, ProgressDisplay(StderrOutput(), tty=sys.stderr.isatty()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -22,6 +22,7 @@ from pytest_geo.data.record import RowRecord
 from pytest_geo.llm.prices import dollars
 from pytest_geo.llm.usage import total_cost
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence, guarantee
+from pytest_geo.settings import DEFAULT_CONCURRENCY, Settings
 
 MIN_ROUND = 10
 ROUNDS_AT_MOST = 100  # a round is at least 1% of the rows: the interval is recomputed once per round
@@ -174,6 +175,30 @@ class Monitor:
         """(suite, split) -> whether the test decided this run worse than the baseline."""
         return {(c.suite, c.split): c.pairs[0].sequence.decision == WORSE
                 for c in self.comparisons if c.kind == BASELINE}
+
+
+def planned_row(nodeid: str, suite: str, split: str, variant: str | None, candidates: int) -> PlannedRow:
+    """A row as both front ends plan it: its unit is its node id without `[<variant>]`."""
+    unit = nodeid.removesuffix(f"[{variant}]") if variant is not None else nodeid
+    return PlannedRow(nodeid=nodeid, suite=suite, split=split, unit=unit, variant=variant, candidates=candidates)
+
+
+def monitor_for(rows: Iterable[PlannedRow], settings: Settings,
+                baseline: Mapping[tuple[str, str], float] | None = None) -> Monitor:
+    """The run's monitor from its settings, for the plugin and egeo alike."""
+    return build_monitor(rows, seed=settings.seed, alpha=settings.alpha, margin=settings.margin,
+                         concurrency=settings.concurrency or DEFAULT_CONCURRENCY, variants=list(settings.variants),
+                         baseline=baseline)
+
+
+def rounds(monitor: Monitor) -> Iterator[list[str]]:
+    """The node ids of each round in the seeded order, comparison by comparison, until
+    each is decided (the caller feeds each round's records to the monitor between them)."""
+    for comparison in monitor.comparisons:
+        for start in range(0, len(comparison.units), comparison.round_size):
+            if comparison.decided:
+                break
+            yield [n for _, members in comparison.units[start:start + comparison.round_size] for n in members.values()]
 
 
 def build_monitor(rows: Iterable[PlannedRow], *, seed: int, alpha: float, margin: float | None,

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_geo.data.record import GEO_METRIC
+from pytest_geo.llm.usage import cost_line, usage_lines
+from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.noise import NoiseFloor, noise_floors
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
@@ -44,6 +46,13 @@ def format_stats_line(summary: Summary, clean_scores: Iterable[float], errors: i
 def terminal_lines(results: Results, show_split: bool = False, written: Sequence[str] = ()) -> list[str]:
     """The GEO block, threshold verdicts, where the reports were `written`, then Kedi's
     `Evals:` block, last."""
+    return [*geo_block_lines(results), *comparison_lines(results, show_split), *fact_lines(results),
+            *suite_error_lines(results), *partial_lines(results), *baseline_lines(results), *written,
+            *evals_lines(results, show_split)]
+
+
+def geo_block_lines(results: Results) -> list[str]:
+    """Each GEO suite's metrics, statistics and judge noise, then all GEO rows together."""
     lines = []
     floors = noise_floors(results.records)
     for name, suite in results.geo_suite_results().items():
@@ -57,31 +66,76 @@ def terminal_lines(results: Results, show_split: bool = False, written: Sequence
     # Pooled over suites; not over variants, which score the same rows again.
     if len(results.geo_suites()) > 1 and not any("variant" in r for r in results.records):
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
-    for comparison in compare_variants(results.records, results.suites()):
-        lines += comparison.lines(show_split)
+    return lines
+
+
+def panel_lines(results: Results) -> list[str]:
+    """The judges' figures of each GEO suite judged by a panel (--geo-judge)."""
+    return [line for name, suite in results.geo_suite_results().items() if suite.panel is not None
+            for line in suite.panel.lines(name)]
+
+
+def comparison_lines(results: Results, show_split: bool = False) -> list[str]:
+    """The variants' paired comparisons and the sequential decisions (both front ends)."""
+    lines = [line for c in compare_variants(results.records, results.suites()) for line in c.lines(show_split)]
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
-    lines += fact_lines(results)
-    for suite in results.suites():
-        if suite.errors and suite.metric != GEO_METRIC:
-            lines.append(f"errors: {suite.label} [{suite.split}]: {suite.errors} of {suite.summary.n} rows "
-                         f"errored (error_rate={suite.error_rate:.4f}), each scored 0.0")
+    return lines
+
+
+def suite_error_lines(results: Results) -> list[str]:
+    return [f"errors: {suite.label} [{suite.split}]: {suite.errors} of {suite.summary.n} rows errored "
+            f"(error_rate={suite.error_rate:.4f}), each scored 0.0"
+            for suite in results.suites() if suite.errors and suite.metric != GEO_METRIC]
+
+
+def partial_lines(results: Results) -> list[str]:
+    lines = []
     if not results.complete:
         why = " (the budget was reached)" if results.budget_reached is not None else ""
         lines.append(f"partial run: {results.not_run} of {len(results.selected)} selected rows did not run{why}; "
                      "the scores cover only the rows that ran")
     if results.problems:
         lines.append(f"{len(results.problems)} malformed line(s) not scored (see the failures above)")
-    lines += baseline_lines(results)
-    lines += written
+    return lines
+
+
+def evals_lines(results: Results, show_split: bool) -> list[str]:
+    """Kedi's block, never empty: none without suites."""
     suites = results.suites()
-    if suites:  # Kedi's block, never empty
-        lines.append("Evals:")
+    lines = ["Evals:"] if suites else []
     for suite in suites:
         split = f" [{suite.split}]" if show_split else ""
         tail = f" | {suite.feedback}" if suite.feedback else ""
         lines.append(f"- {suite.label}{split}: {suite.summary.mean:.4f}{tail}")
+    return lines
+
+
+def run_notes(results: Results, mock: bool, price_option: str = "the ini option geo_prices") -> list[str]:
+    """What the run spent and learned, as both front ends print it: model usage and cost,
+    request changes, the budget, and the concurrency reached (the mock has neither cost
+    nor rate limits)."""
+    lines = []
+    if results.usage:
+        lines += ["model usage:", *(f"  {line}" for line in usage_lines(results.usage))]
+        if not mock:
+            lines.append(cost_line(results.usage, price_option=price_option))
+    lines += request_change_lines(results.request_changes)
+    if results.budget is not None:
+        lines.append(results.budget.line())
+    if results.concurrency is not None and not mock:
+        lines.append(stats_line(results.concurrency))
+    return lines
+
+
+def written_lines(results: Results, reports: Sequence[tuple[str, str, str | None]]) -> list[str]:
+    """Where the reports went: `reports` are (flag, kind, path) as asked for; a report whose
+    write failed (its error names its flag) is not listed."""
+    lines = [f"{kind} written to {path}" for flag, kind, path in reports
+             if path and not any(flag in error for error in results.write_errors)]
+    if results.transcripts_path is not None:
+        lines.append(f"transcripts written to {results.transcripts_path}")
     return lines
 
 
