@@ -21,7 +21,6 @@ from fake_openai import FakeOpenAI
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.e2e
 
 # The fake server's rewriter returns the description unchanged for this template.
 KEEP_TEMPLATE_TEXT = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"

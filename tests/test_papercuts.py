@@ -15,7 +15,6 @@ from test_optimize import run as run_optimize
 from conftest import GeoProject, copy_prompts, egeo_workdir
 from pytest_geo.cli import main
 
-pytestmark = pytest.mark.e2e
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
