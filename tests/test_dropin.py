@@ -100,11 +100,11 @@ def test_optimize_refuses_to_write_into_the_packaged_prompts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    before = {p.name: p.read_bytes() for p in PACKAGED_PROMPTS.iterdir()}
+    before = {p.name: p.read_bytes() for p in PACKAGED_PROMPTS.iterdir() if p.is_file()}
     code = cli.main(["optimize-prompts", "--train", str(SMOKE), "--val", str(SMOKE), "--mock", "--iters", "1"])
     assert code == 2
     assert "egeo init" in capsys.readouterr().err
-    assert {p.name: p.read_bytes() for p in PACKAGED_PROMPTS.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in PACKAGED_PROMPTS.iterdir() if p.is_file()} == before
 
 
 # --- egeo init ----------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_egeo_init_then_pytest_passes(
     project = pytester.path / "shop"
     assert cli.main(["init", str(project)]) == 0
     assert f"wrote {project / 'pytest.ini'}" in capsys.readouterr().out
-    assert {p.name for p in (project / "prompts").iterdir()} == {p.name for p in PACKAGED_PROMPTS.iterdir()}
+    assert {p.name for p in (project / "prompts").iterdir()} == {p.name for p in PACKAGED_PROMPTS.iterdir() if p.is_file()}
     monkeypatch.chdir(project)
     result = pytester.runpytest("--geo-mock")
     result.assert_outcomes(passed=3)
