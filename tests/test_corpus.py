@@ -105,7 +105,7 @@ CASES = [
          "'tag:yaml.org,2002:python/object/apply:os.system'"),
     Case("suites", "duplicate_key.geo.yaml", "duplicate_key.geo.yaml:4: invalid YAML: found duplicate key 'data'"),
     Case("suites", "unknown_key.geo.yaml",
-         "unknown_key.geo.yaml: (top level): Additional properties are not allowed ('colour' was unexpected)"),
+         "unknown_key.geo.yaml: colour: unknown key (known keys: suite, procedure, data, test_data, metric, threshold, row_threshold, markers)"),
     Case("suites", "missing_metric.geo.yaml", "missing_metric.geo.yaml: (top level): 'metric' is a required property"),
     Case("suites", "not_a_mapping.geo.yaml",
          "not_a_mapping.geo.yaml: (top level): expected a mapping of suite fields, got list"),

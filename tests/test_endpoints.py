@@ -23,7 +23,6 @@ from pytest_geo.llm.endpoints import Endpoint, EndpointError, parse_endpoint_lin
 from pytest_geo.llm.stack import build_stack
 from pytest_geo.settings import Settings
 
-
 TESTS = Path(__file__).resolve().parent
 KEYS = {"RANK_KEY": "sk-rank-1111111111", "REWRITE_KEY": "sk-rewrite-2222222222"}
 MODEL_VARIABLES = ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL",

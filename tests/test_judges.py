@@ -21,7 +21,6 @@ from fake_openai import FakeOpenAI
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
-
 # The fake server's rewriter returns the description unchanged for this template.
 KEEP_TEMPLATE_TEXT = "KEEP it as it is.\nTitle: {{title}}\nOriginal description: {{description}}\n"
 SIGNAL_TEMPLATE_TEXT = "Query: {{query}}\nTitle: {{title}}\nOriginal description: {{description}}\nRewrite it.\n"

@@ -16,7 +16,6 @@ from conftest import GeoProject, copy_prompts, egeo_workdir
 from pytest_geo.cli import main
 
 
-
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest("-p", "no:cacheprovider", *args)
 

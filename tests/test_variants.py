@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from test_reporting import POSITION_CONFTEST, with_calls  # a judge with pure position bias
 
-from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts
+from conftest import PROMPTS, SMOKE, GeoProject, copy_prompts, without_run_dependent
 from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
@@ -328,7 +328,9 @@ def test_judge_noise_floor_beside_the_gain(geo_project: pytest.Pytester) -> None
 
 
 def _stable(report: dict[str, Any]) -> dict[str, Any]:
-    return {key: report[key] for key in ("suites", "rows", "variants", "geo")}
+    stable = {key: report[key] for key in ("suites", "rows", "variants", "geo")}
+    stable["rows"] = without_run_dependent(stable["rows"])
+    return stable
 
 
 @pytest.mark.xdist

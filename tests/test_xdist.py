@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_reporting import transcript_lines
 
-from conftest import ONE_PROCESS_AND_TWO_WORKERS, copy_prompts
+from conftest import ONE_PROCESS_AND_TWO_WORKERS, copy_prompts, without_run_dependent
 
 pytest.importorskip("xdist")
 
@@ -60,7 +60,7 @@ def comparable(report: dict[str, Any]) -> dict[str, Any]:
     report.pop("concurrency")
     report["transcripts"] = {k: v for k, v in report["transcripts"].items() if k != "path"}
     report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
-    report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
+    report["rows"] = without_run_dependent(sorted(report["rows"], key=lambda r: r["nodeid"]))
     report["suites"] = sorted(report["suites"], key=lambda s: (s["suite"], s["split"]))
     return report
 
@@ -174,7 +174,7 @@ def test_rows_carry_junit_properties_only_when_a_junit_file_is_written(geo_proje
 def without_timings(report: dict[str, Any]) -> dict[str, Any]:
     report = dict(report)
     report["metadata"] = {k: v for k, v in report["metadata"].items() if k not in ("started_at", "duration_s")}
-    report["rows"] = sorted(report["rows"], key=lambda r: r["nodeid"])
+    report["rows"] = without_run_dependent(sorted(report["rows"], key=lambda r: r["nodeid"]))
     report.pop("concurrency")  # the workers' limits add up: it differs by design (test_xdist.py)
     report["transcripts"] = {k: v for k, v in report["transcripts"].items() if k != "path"}  # each names its own
     return report
