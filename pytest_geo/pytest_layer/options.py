@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,6 +25,8 @@ from pytest_geo.settings import (
     connection_help,
     find_prompts_dir,
 )
+
+T = TypeVar("T")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -92,17 +95,25 @@ def _endpoints(config: pytest.Config) -> dict[str, Endpoint]:
         raise pytest.UsageError(f"{config.inipath or 'ini'}: ini option geo_endpoints: {exc}") from None
 
 
+def _flags_else_ini(config: pytest.Config, dest: str, ini: str,
+                    parse: Callable[[str], T]) -> tuple[list[T], Path, str]:
+    """A repeatable flag's values (paths in them relative to the invocation directory),
+    else the ini option's lines parsed alike (relative to the rootdir), with the base and
+    the name to put in messages; a line that does not parse is a usage error naming it."""
+    named: list[T] = config.getoption(dest)
+    if named:
+        return named, config.invocation_params.dir, "--" + dest.replace("_", "-")
+    source = f"ini option {ini}"
+    try:
+        return [parse(line) for line in config.getini(ini) if line.strip()], config.rootpath, source
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
+
+
 def judge_list(config: pytest.Config) -> list[Judge]:
     """--geo-judge (system files relative to the invocation directory), else the ini's
     geo_judges lines (relative to the rootdir); a name given twice is an error."""
-    named: list[Judge] = config.getoption("geo_judge")
-    base, source = config.invocation_params.dir, "--geo-judge"
-    if not named:
-        base, source = config.rootpath, "ini option geo_judges"
-        try:
-            named = [judge(line) for line in config.getini("geo_judges") if line.strip()]
-        except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"{source}: {exc}") from None
+    named, base, source = _flags_else_ini(config, "geo_judge", "geo_judges", judge)
     try:
         return judges_from(named, source, base)
     except ValueError as exc:
@@ -114,14 +125,7 @@ def variant_paths(config: pytest.Config) -> tuple[dict[str, Path], dict[str, str
     lines (relative to the rootdir), in the order given; a name given twice is an error.
     Only the shape is checked here: the templates are read at start (engine/variants.py).
     Also each variant's rewriter model, from `PATH@MODEL`."""
-    named: list[tuple[str, str]] = config.getoption("geo_variant")
-    base, source = config.invocation_params.dir, "--geo-variant"
-    if not named:
-        base, source = config.rootpath, "ini option geo_variants"
-        try:
-            named = [variant(line) for line in config.getini("geo_variants") if line.strip()]
-        except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"{source}: {exc}") from None
+    named, base, source = _flags_else_ini(config, "geo_variant", "geo_variants", variant)
     variants: dict[str, Path] = {}
     models: dict[str, str] = {}
     for name, given in named:
