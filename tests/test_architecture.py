@@ -208,8 +208,10 @@ def test_an_upward_import_is_found() -> None:
 
 @pytest.mark.unit
 def test_settings_imports_only_plain_values() -> None:
-    assert runtime_imports(PACKAGE / "settings.py") - {"pytest_geo.engine.judges"} == {
-        "pytest_geo.local_server", "pytest_geo.price"}
+    assert runtime_imports(PACKAGE / "settings.py") == {
+        "pytest_geo.judge", "pytest_geo.local_server", "pytest_geo.price"}
+    for plain in ("judge.py", "local_server.py", "price.py"):
+        assert runtime_imports(PACKAGE / plain) == set(), plain
 
 
 @pytest.mark.unit

@@ -62,7 +62,7 @@ def test_custom_ids_are_the_ordinary_cache_keys(served_project: GeoProject) -> N
     body = line["body"]
     assert isinstance(body, dict)
     # Lines are shaped as direct calls are: the output cap and the strict schema included.
-    assert body["max_tokens"] == 4096
+    assert body["max_tokens"] == 286  # gpt-4o-mini's ranking cap, sized to the ids' bytes
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
     request = ChatRequest(role="ranker", model=body["model"], messages=body["messages"],

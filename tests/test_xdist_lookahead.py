@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import PROMPTS, GeoProject, geo_rows
+from conftest import PROMPTS, GeoProject, geo_rows, without_run_dependent
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.mock import MockClient
@@ -57,8 +57,7 @@ def run(project: GeoProject, dataset: Path, name: str, *args: str) -> pytest.Run
 
 def results(project: GeoProject, name: str) -> tuple[Any, list[Any]]:
     report = json.loads((project.pytester.path / f"{name}.json").read_text(encoding="utf-8"))
-    rows = sorted(({k: v for k, v in row.items() if k != "duration_s"} for row in report["rows"]),
-                  key=lambda r: r["nodeid"])
+    rows = sorted(without_run_dependent(report["rows"]), key=lambda r: r["nodeid"])
     return report["geo"], rows
 
 
