@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import GeoProject
-from pytest_geo.llm.openai_client import ANSWER_KEY_LIKE, KEY_LIKE, OpenAIChatClient
+from pytest_geo.llm.openai_client import KEY_LIKE, OpenAIChatClient
+from pytest_geo.llm.redaction import SECRET_KEY_LIKE
 
 
 @pytest.mark.unit
@@ -40,7 +41,7 @@ def test_error_messages_replace_key_like_tokens_of_four_characters_or_more(text:
     ("a key-ring and token-based auth", "a key-ring and token-based auth"),
 ])
 def test_answers_replace_only_what_looks_like_a_secret_key(text: str, redacted: str) -> None:
-    assert ANSWER_KEY_LIKE.sub("[key]", text) == redacted
+    assert SECRET_KEY_LIKE.sub("[key]", text) == redacted
 
 
 @pytest.mark.unit
@@ -52,7 +53,7 @@ def test_scrub_replaces_the_run_key_and_other_key_like_tokens_in_one_line() -> N
 
 # --- the run's key, escaped ------------------------------------------------------------------
 
-KEY = "sk-proj/Qx7_escape-test+KEY=0042"  # `/` for `\/`, `p` for `\u0070`; not shaped like ANSWER_KEY_LIKE
+KEY = "sk-proj/Qx7_escape-test+KEY=0042"  # `/` for `\/`, `p` for `\u0070`; not shaped like SECRET_KEY_LIKE
 BASIC = "Basic " + base64.b64encode(f"user:{KEY}".encode()).decode()
 
 

@@ -28,9 +28,6 @@ CHAT_PATH = b"chat/completions"
 MAX_DETAIL = 120
 MAX_REFUSAL = 1000  # a 400's message, read for the parameter it names
 KEY_LIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
-# In answers, which are prose: only what looks like an OpenAI-style secret key
-# (`key-ring` and `token-based` are words there, not secrets).
-ANSWER_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
 
 # Attempts seen by the HTTP layer for the call running in this task (each task that
 # awaits `complete` gets its own value; calls within one task are sequential).
@@ -222,7 +219,7 @@ class OpenAIChatClient:
     def redact(self, text: str) -> str:
         """`text` with the key, and anything shaped like a secret key, replaced by `[key]`,
         as written and in the escaped forms decoding the answer would undo (redaction.py)."""
-        return redaction.redact(text, self._secret, ANSWER_KEY_LIKE)
+        return redaction.redact(text, self._secret, redaction.SECRET_KEY_LIKE)
 
     def scrub(self, text: str, limit: int = MAX_DETAIL) -> str:
         """One line for an error message: the key and key-like tokens replaced (in every

@@ -54,8 +54,8 @@ JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 FULLWIDTH_OFFSET = 0xFEE0  # U+FF01..U+FF5E are U+0021..U+007E shifted by this
 MAX_LAYERS = 3
 KEY_ENV = "OPENAI_API_KEY"
-# A secret key's shape (the client's ANSWER_KEY_LIKE): `sk-` and 16 or more characters,
-# long enough that no prose or id in a dataset has it.
+# A secret key's shape, in answers and files alike: `sk-` and 16 or more characters, long
+# enough that no prose or id in a dataset has it (`key-ring` and `token-based` are words).
 SECRET_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
 MAY_ESCAPE = re.compile(r"[\\&%=]")  # in ASCII text, what an escape starts with
 MIN_ENCODED_SECRET = 8  # shorter, an encoded fragment of it would match unrelated text
