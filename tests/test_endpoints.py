@@ -286,6 +286,29 @@ def test_a_role_on_an_endpoint_without_its_key_fails_at_start_naming_it(pytester
 
 @pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
+def test_judges_on_keyless_local_endpoints_need_no_default_server(pytester: pytest.Pytester,
+                                                                  servers: dict[str, FakeOpenAI],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With judges the ranker is never asked: only the judges' and the rewriter's
+    endpoints are checked at start, and a run on local servers needs no OPENAI_API_KEY."""
+    monkeypatch.delenv("OPENAI_API_KEY")
+    GeoProject(pytester, servers["default"]).dataset(2)
+    pytester.makeini(f"[pytest]\ngeo_endpoints =\n    a = {servers['rank'].url}\n    b = {servers['rewrite'].url}\n"
+                     "    locked = http://127.0.0.1:9/v1 LOCKED_KEY\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "rows.jsonl",
+                                "--geo-judge", "one=a/m1", "--geo-judge", "two=b/m2", "--geo-rewriter-model", "b/w")
+    result.assert_outcomes(passed=2)
+    assert sent(servers["rank"])[0] == {"m1"} and sent(servers["rewrite"])[0] == {"m2", "w"}
+    assert servers["default"].requests == []
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "rows.jsonl",
+                                "--geo-judge", "one=a/m1", "--geo-judge", "three=locked/m3", "--geo-rewriter-model", "b/w")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the judge three model locked/m3: endpoint locked (127.0.0.1) needs its key in "
+                                 "LOCKED_KEY, which is not set*"])
+
+
+@pytest.mark.plugin
+@pytest.mark.usefixtures("endpoint_env")
 def test_the_mock_answers_every_endpoint_without_keys(geo_project: pytest.Pytester,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OPENAI_API_KEY", *KEYS):

@@ -126,8 +126,13 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
 
 
 def needed_models(settings: Settings) -> list[tuple[str, str]]:
-    """(role, model) of the calls a run's rows make: their endpoints must be usable at start."""
-    return [(role, settings.models[role]) for role in ("ranker", "rewriter")]
+    """(role, model) of the calls a run's rows make: their endpoints must be usable at start.
+    The judges rank in the ranker's place (the first judge first: its controller bounds the
+    rows in flight); a variant's own rewriter model is needed too."""
+    rankers = [(f"judge {j.name}", j.model) for j in settings.judges] or [("ranker", settings.models["ranker"])]
+    rewriters = [("rewriter", settings.models["rewriter"])]
+    rewriters += [(f"variant {name}'s rewriter", model) for name, model in settings.variant_models.items()]
+    return rankers + rewriters
 
 
 class ClientStack:
