@@ -1,0 +1,130 @@
+"""Cache and report paths under attack (issue 38): a sparse file planted as a cache
+segment, a linked `answers/` directory, two runs writing one report path, `--apply` over
+a linked prompt, and optimize's output paths checked before any model call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_llm_cache import Counting, request
+
+from conftest import GeoProject
+from pytest_geo.llm.base import ChatResponse
+from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
+
+ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
+
+
+def entry_line(key: str) -> str:
+    return json.dumps({"key": key, **ENTRY}, separators=(",", ":")) + "\n"
+
+
+# --- the answer cache ------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_sparse_20_gb_segment_is_read_only_to_its_bound_said_once_and_never_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    with (answers / "0.jsonl").open("wb") as planted:
+        planted.truncate(20 << 30)  # 20 GB of zeros that cost no disk
+    key = cache_key("http://a/v1", request())
+    (answers / "1.jsonl").write_text(entry_line(key))
+    read: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, length: int, offset: int) -> bytes:
+        data = real_pread(fd, length, offset)
+        read.append(len(data))
+        if sum(read) > 1 << 30:  # today's code reads all 20 GB: fail at the first GiB, not in a minute
+            raise AssertionError("read more than 1 GiB of the cache")
+        return data
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    inner = Counting()
+    client = CachedClient(inner, tmp_path, "http://a/v1")
+    assert asyncio.run(client.complete(request())) == ChatResponse("answer", 3, 2, cached=True)
+    assert asyncio.run(client.complete(request(model="other"))).text == "answer 1"  # a miss: asked, written
+    asyncio.run(client.aclose())
+    assert inner.calls == 1
+    assert 67_108_864 <= sum(read) < 67_108_864 + 1000  # 64 MiB of the planted file, and the real lines
+    assert (answers / "0.jsonl").stat().st_size == 20 << 30  # never appended to
+    assert len((answers / "1.jsonl").read_text().splitlines()) == 2  # the new answer went to the next one
+    err = capfd.readouterr().err
+    assert err.count("pytest-geo: warning:") == 1
+    assert (f"pytest-geo: warning: the answer cache's segment {answers / '0.jsonl'} holds 21,474,836,480 bytes, "
+            "more than a writer puts in one (67,108,864): only its first 67,108,864 are read, and it is never "
+            "written to; remove it if you did not put it there\n") in err
+
+
+@pytest.mark.unit
+def test_a_writer_moves_to_the_next_segment_before_its_own_passes_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    import pytest_geo.llm.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_SEGMENT_BYTES", 1000)
+    cache = ResponseCache(tmp_path)
+    for n in range(10):
+        cache.put(f"{n:064d}", ChatResponse("x" * 100, 1, 1), "m")
+    sizes = [p.stat().st_size for p in sorted((tmp_path / "answers").iterdir())]
+    assert sizes == [4 * 237, 4 * 237, 2 * 237]  # 237-byte lines: a fifth would pass 1,000
+    cache.close()
+    assert ResponseCache(tmp_path).keys() == {f"{n:064d}" for n in range(10)}
+    assert capfd.readouterr().err == ""  # no segment a writer made is over the bound
+
+
+@pytest.mark.unit
+def test_files_not_named_as_a_writer_names_segments_are_not_read(tmp_path: Path) -> None:
+    key = cache_key("http://a/v1", request())
+    (tmp_path / "answers").mkdir()
+    for name in ("x.jsonl", "1024.jsonl", "-1.jsonl"):
+        (tmp_path / "answers" / name).write_text(entry_line(key))
+    assert ResponseCache(tmp_path).get(key) is None
+    (tmp_path / "answers" / "1023.jsonl").write_text(entry_line(key))
+    assert ResponseCache(tmp_path).get(key) == ChatResponse("answer", 3, 2, cached=True)
+
+
+@pytest.mark.unit
+def test_a_linked_answers_directory_is_neither_read_nor_written(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    key = cache_key("http://a/v1", request())
+    (elsewhere / "0.jsonl").write_text(entry_line(key))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "answers").symlink_to(elsewhere)
+    inner = Counting()
+    client = CachedClient(inner, tmp_path / "cache", "http://a/v1")
+    for _ in range(2):
+        assert asyncio.run(client.complete(request())).text.startswith("answer ")
+    asyncio.run(client.aclose())
+    assert inner.calls == 2  # never answered from there
+    assert [p.name for p in elsewhere.iterdir()] == ["0.jsonl"]
+    assert (elsewhere / "0.jsonl").read_text() == entry_line(key)  # never written through
+    err = capfd.readouterr().err
+    assert err == (f"pytest-geo: warning: the answer cache's directory {tmp_path / 'cache' / 'answers'} is a "
+                   f"symbolic link (to {elsewhere}): answers are neither read from it nor written to it; remove "
+                   "the link to use the cache\n")
+
+
+@pytest.mark.e2e
+def test_a_run_over_a_linked_answers_directory_passes_asks_live_and_writes_nothing_there(
+        served_project: GeoProject) -> None:
+    dataset = str(served_project.dataset(2))
+    served_project.run(dataset).assert_outcomes(passed=2)
+    cache = served_project.pytester.path / ".pytest_cache" / "d" / "geo"
+    elsewhere = served_project.pytester.path / "elsewhere"
+    (cache / "answers").rename(elsewhere)
+    before = {p.name: p.read_bytes() for p in elsewhere.iterdir()}
+    (cache / "answers").symlink_to(elsewhere)
+    served_project.server.reset()
+    result = served_project.pytester.runpytest_subprocess(*served_project.args(dataset))
+    result.assert_outcomes(passed=2)
+    assert len(served_project.server.requests) == 6  # every call live: nothing read from there
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before  # nothing written there
+    assert sum("is a symbolic link" in line for line in result.errlines) == 1
