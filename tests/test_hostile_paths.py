@@ -128,3 +128,85 @@ def test_a_run_over_a_linked_answers_directory_passes_asks_live_and_writes_nothi
     assert len(served_project.server.requests) == 6  # every call live: nothing read from there
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before  # nothing written there
     assert sum("is a symbolic link" in line for line in result.errlines) == 1
+
+
+# --- egeo optimize: output paths before the work, and --apply over a link ---------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("which", ["candidate", "scores"])
+def test_optimize_checks_its_output_paths_before_any_model_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], which: str) -> None:
+    from test_optimize import make_project, run
+
+    project = make_project(tmp_path / "p")
+    blocked = project.candidate if which == "candidate" else project.scores
+    blocked.mkdir()
+    code, client = run(monkeypatch, project, "--iters", "1")
+    assert code == 2
+    assert client.requests == []  # not one call paid for
+    assert capsys.readouterr().err == (f"egeo: error: {blocked}: cannot write the {which} there: it is a directory; "
+                                       "nothing was run\n")
+
+
+@pytest.mark.e2e
+def test_a_suite_procedures_outputs_are_checked_before_any_model_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_procedures import SUITES, Proposing, optimize_suites
+
+    (tmp_path / "headline.txt").write_text("Write a headline for: {{input}}\n")
+    (tmp_path / "evals.py").write_text(SUITES)
+    (tmp_path / "headline.optimized_scores.json").mkdir()
+    client = Proposing()
+    assert optimize_suites(monkeypatch, tmp_path, client=client) == 2
+    assert client.requests == []
+    assert capsys.readouterr().err == (f"egeo: error: {tmp_path / 'headline.optimized_scores.json'}: cannot write "
+                                       "the scores there: it is a directory; nothing was run\n")
+
+
+@pytest.mark.e2e
+def test_apply_over_a_linked_prompt_is_refused_before_any_call_and_the_target_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_optimize import Improving, make_project, run
+
+    project = make_project(tmp_path / "p")
+    shared = tmp_path / "shared_rewriter_user.txt"
+    project.working.rename(shared)
+    before = shared.read_bytes()
+    project.working.symlink_to(shared)
+    code, client = run(monkeypatch, project, "--iters", "1", "--apply", client=Improving())
+    assert code == 2
+    assert client.requests == []
+    assert project.working.is_symlink() and shared.read_bytes() == before
+    assert capsys.readouterr().err == (
+        f"egeo: error: {project.working}: --apply would replace this symbolic link (to {shared}); it never writes "
+        f"through one: run without --apply and copy {project.candidate} where the link points, or make "
+        f"{project.working} a plain file\n")
+    code, client = run(monkeypatch, project, "--iters", "1", client=Improving())  # without --apply: a candidate
+    assert code == 0 and client.requests
+    assert project.working.is_symlink() and shared.read_bytes() == before
+    assert project.candidate.read_bytes() != before
+
+
+@pytest.mark.e2e
+def test_apply_leaves_a_prompt_that_became_a_link_during_the_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_optimize import Improving, make_project, run
+
+    project = make_project(tmp_path / "p")
+    shared = tmp_path / "shared_rewriter_user.txt"
+    before = project.working.read_bytes()
+    shared.write_bytes(before)
+
+    class LinkingMidway(Improving):
+        async def complete(self, request):  # type: ignore[no-untyped-def]
+            if project.working.exists() and not project.working.is_symlink():
+                project.working.unlink()
+                project.working.symlink_to(shared)  # same text, now a link
+            return await super().complete(request)
+
+    code, _ = run(monkeypatch, project, "--iters", "1", "--apply", client=LinkingMidway())
+    assert code == 0
+    assert project.working.is_symlink() and shared.read_bytes() == before  # neither replaced nor written through
+    assert project.candidate.read_bytes() != before  # a better prompt was found, and not applied
+    assert f"egeo: warning: {project.working} changed during the run; not applied" in capsys.readouterr().err
