@@ -5,16 +5,22 @@ a linked prompt, and optimize's output paths checked before any model call."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 from test_llm_cache import Counting, request
 
 from conftest import GeoProject
+from pytest_geo.data.record import suite_record, where
 from pytest_geo.llm.base import ChatResponse
 from pytest_geo.llm.cache import CachedClient, ResponseCache, cache_key
+from pytest_geo.report.output import write_report_files
+from pytest_geo.report.results import Results
+from pytest_geo.report.transcripts import TranscriptSpool
 
 ENTRY = {"model": "m", "text": "answer", "prompt_tokens": 3, "completion_tokens": 2}
 
@@ -210,3 +216,51 @@ def test_apply_leaves_a_prompt_that_became_a_link_during_the_search(
     assert project.working.is_symlink() and shared.read_bytes() == before  # neither replaced nor written through
     assert project.candidate.read_bytes() != before  # a better prompt was found, and not applied
     assert f"egeo: warning: {project.working} changed during the run; not applied" in capsys.readouterr().err
+
+
+# --- two runs writing one report path ---------------------------------------------------------
+
+
+def run_results(run: str) -> Results:
+    results = Results(transcripts=TranscriptSpool())
+    for n in range(2):
+        base = where("suite", suite="s", metric="m", split="test", nodeid=f"{run}::row{n}", line=n, threshold=None)
+        record = suite_record(base, n, f"input {n}", 1.0, "ok", None)
+        record["calls"] = [{"step": "call", "role": "procedure", "model": "m", "messages": [], "answer": run}]
+        results.add(record)
+    return results
+
+
+@pytest.mark.unit
+def test_two_runs_writing_one_report_path_leave_one_runs_report_and_transcripts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A is held between its transcripts and its report while run B writes: B must
+    wait for A's files to be whole, so the report left names the transcripts of its rows."""
+    first, second = run_results("A"), run_results("B")
+    a_wrote_transcripts, b_done = threading.Event(), threading.Event()
+    real_write_to = TranscriptSpool.write_to
+
+    def write_to(spool: TranscriptSpool, path: Path) -> None:
+        real_write_to(spool, path)
+        if spool is first.transcripts:
+            a_wrote_transcripts.set()
+            b_done.wait(2)  # today B writes all its files meanwhile; locked out, it cannot
+
+    monkeypatch.setattr(TranscriptSpool, "write_to", write_to)
+    report = str(tmp_path / "r.json")
+
+    def run_b() -> None:
+        a_wrote_transcripts.wait(10)
+        write_report_files(second, report, str(tmp_path / "r.html"), who="B", flags=("--report", "--html"))
+        b_done.set()
+
+    other = threading.Thread(target=run_b)
+    other.start()
+    write_report_files(first, report, str(tmp_path / "r.html"), who="A", flags=("--report", "--html"))
+    other.join(20)
+    written = json.loads((tmp_path / "r.json").read_text())
+    with gzip.open(tmp_path / "r.transcripts.jsonl.gz", "rt") as lines:
+        transcribed = sorted(json.loads(line)["nodeid"] for line in lines)
+    assert [row["nodeid"] for row in written["rows"]] == ["B::row0", "B::row1"]  # the run that wrote last
+    assert transcribed == ["B::row0", "B::row1"]  # its own transcripts beside it
+    assert "B::row0" in (tmp_path / "r.html").read_text() and "A::row0" not in (tmp_path / "r.html").read_text()
