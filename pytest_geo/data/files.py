@@ -102,6 +102,25 @@ def _create_temp(path: Path) -> tuple[int, Path]:
             continue
 
 
+IS_DIRECTORY = "it is a directory"
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a file cannot be written at `path` (None when it can, its missing directories
+    made on the way): IS_DIRECTORY, a file where a directory must go, or no write access
+    to the directory it goes in. Asked before a run's work, not found after it."""
+    if path.is_dir():
+        return IS_DIRECTORY
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:  # written with its missing directories
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"no write access to {parent}"
+    return None
+
+
 class NotRegularFile(OSError):
     """An input path that is a FIFO, a device, a socket or a directory."""
 

@@ -14,6 +14,13 @@ appended to. The index (key -> where its line is) is built on first use by readi
 segments, and on a miss the segments that grew since (another process's answers) are
 read again, so a worker sees what another wrote meanwhile.
 
+What is read is bounded, since a cache directory may be shared or planted: only files
+named as a writer names them (`<n>.jsonl`, n < MAX_SEGMENTS), and of each at most
+MAX_SEGMENT_BYTES (a writer moves on to the next segment before its own would pass that,
+so only a planted file, such as a sparse one of 20 GB, is larger: said once, never
+written to). An `answers/` that is a symbolic link is neither read nor written (said
+once): segments are opened by name in it, so every answer would go where it points.
+
 Entries written by earlier versions, one JSON file per key at `<dir>/<key[:2]>/<key>.json`,
 are still read on a miss in the segments (their writers' temp files, left by a kill, are
 removed once an hour old). An entry that cannot be read or parsed, or whose fields are
@@ -38,6 +45,7 @@ import json
 import os
 import re
 import stat
+import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -57,9 +65,14 @@ REJECTED = "rejected"  # `ResponseCache.read`: an entry is there, but not one `p
 SEGMENTS = "answers"
 SEGMENT_SUFFIX = ".jsonl"
 MAX_SEGMENTS = 1024  # processes writing one cache at once
+SEGMENT_NAME = re.compile(r"[0-9]{1,4}\.jsonl")  # as a writer names one, `<n>.jsonl`: no other file is read
 LINE_PREFIX = b'{"key":"'  # how `put` starts a line: the key, then the other fields
 KEY_END = len(LINE_PREFIX) + 64  # a sha256 in hex
 READ_CHUNK = MAX_ENTRY_BYTES + 1  # a chunk holds any whole entry and its newline
+# What is read of one segment: tens of thousands of entries. A writer moves on to the next
+# segment before its own would pass it, so only a planted file is larger (a sparse one of
+# 20 GB costs no disk, yet reading it took a minute on every run).
+MAX_SEGMENT_BYTES = 64 << 20
 
 
 def cache_key(namespace: str, request: ChatRequest) -> str:
@@ -107,6 +120,7 @@ class ResponseCache:
         self._writer: _Segment | None = None
         self._unwritable = False
         self._legacy = False  # does the directory hold an earlier version's entries (looked at once)
+        self._refused = False  # the segments directory is a link: said once, never used
 
     def path(self, key: str) -> Path:
         """Where an earlier version kept the entry (read on a miss in the segments)."""
@@ -158,6 +172,8 @@ class ResponseCache:
             if self._writer is not None and self._writer.pid != os.getpid():
                 self._writer = None  # a forked child shares the parent's lock: it takes its own segment
             writer = self._writer or self._open_writer()
+            if writer is not None and writer.scanned + len(line) > MAX_SEGMENT_BYTES:
+                writer = self._open_writer()  # this one is full; it stays locked, so it is not taken again
             if writer is None:
                 return
             offset = writer.scanned
@@ -204,9 +220,12 @@ class ResponseCache:
     def _read_new_lines(self) -> None:
         """Index the lines appended since the last look, and any new segment's."""
         try:
-            listed = os.stat(self.segments_dir).st_mtime_ns
+            found = os.lstat(self.segments_dir)
         except OSError:
             return
+        if self._is_link(found):
+            return
+        listed = found.st_mtime_ns
         if listed != self._listed:
             self._listed = listed
             self._open_new_segments()
@@ -216,8 +235,8 @@ class ResponseCache:
 
     def _open_new_segments(self) -> None:
         try:
-            names = sorted(entry.name for entry in os.scandir(self.segments_dir)
-                           if entry.name.endswith(SEGMENT_SUFFIX))
+            names = sorted(entry.name for entry in os.scandir(self.segments_dir) if SEGMENT_NAME.fullmatch(entry.name)
+                           and int(entry.name.removesuffix(SEGMENT_SUFFIX)) < MAX_SEGMENTS)
         except OSError:
             return
         for name in names:
@@ -239,6 +258,8 @@ class ResponseCache:
             size = os.fstat(segment.fd).st_size
         except OSError:
             return
+        if size > MAX_SEGMENT_BYTES:
+            size = self._oversized(segment, size)
         index = self._loaded()
         while segment.scanned < size:
             chunk = os.pread(segment.fd, min(size - segment.scanned, READ_CHUNK), segment.scanned)
@@ -258,6 +279,33 @@ class ResponseCache:
                 segment.scanned = self._skip_line(segment, segment.scanned + len(chunk), size)
                 continue
             segment.scanned += start
+
+    def _oversized(self, segment: _Segment, size: int) -> int:
+        """How much of a segment larger than any writer makes is read: MAX_SEGMENT_BYTES
+        (its lines past that are never indexed); said once per segment."""
+        if not segment.oversized:
+            segment.oversized = True
+            _warn(f"the answer cache's segment {self.segments_dir / segment.name} holds {size:,} bytes, more than "
+                  f"a writer puts in one ({MAX_SEGMENT_BYTES:,}): only its first {MAX_SEGMENT_BYTES:,} are read, "
+                  "and it is never written to; remove it if you did not put it there")
+        return MAX_SEGMENT_BYTES
+
+    def _is_link(self, found: os.stat_result) -> bool:
+        """Whether the segments directory is a symbolic link: then it is neither read nor
+        written (said once). Every segment is opened by its name in it, so a link there would
+        send every answer to wherever it points."""
+        if not stat.S_ISLNK(found.st_mode):
+            return False
+        if not self._refused:
+            self._refused = True
+            self._unwritable = True
+            try:
+                target = os.readlink(self.segments_dir)
+            except OSError:
+                target = "?"
+            _warn(f"the answer cache's directory {self.segments_dir} is a symbolic link (to {target}): answers are "
+                  "neither read from it nor written to it; remove the link to use the cache")
+        return True
 
     @staticmethod
     def _skip_line(segment: _Segment, offset: int, size: int) -> int:
@@ -279,6 +327,8 @@ class ResponseCache:
             return None
         try:
             self.segments_dir.mkdir(parents=True, exist_ok=True)
+            if self._is_link(os.lstat(self.segments_dir)):  # mkdir follows a link to a directory
+                return None
         except OSError:
             self._unwritable = True
             return None
@@ -292,7 +342,8 @@ class ResponseCache:
             except OSError:  # a link planted there (O_NOFOLLOW), no permission: not ours to write
                 continue
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                found = os.fstat(fd)
+                if not stat.S_ISREG(found.st_mode) or found.st_size >= MAX_SEGMENT_BYTES:  # full, or not ours
                     os.close(fd)
                     continue
                 lock(fd, wait=False)
@@ -343,6 +394,12 @@ class _Segment:
     fd: int
     scanned: int = 0  # where the next unread line starts
     pid: int = 0  # the process that locked it to write, if one of ours did
+    oversized: bool = False  # larger than MAX_SEGMENT_BYTES, and said so
+
+
+def _warn(line: str) -> None:
+    """On the real stderr, as batch progress is: pytest's capture must not swallow it."""
+    print(f"pytest-geo: warning: {line}", file=sys.__stderr__ or sys.stderr, flush=True)
 
 
 Location = tuple[_Segment, int, int]  # (segment, offset, length) of an entry's line

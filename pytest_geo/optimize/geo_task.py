@@ -17,6 +17,7 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
+    check_outputs,
     counted_stack,
     reflection,
     report_spend,
@@ -105,6 +106,7 @@ def optimize_prompts(settings: Settings, options: OptimizeOptions,
         prompts_dir / "rewriter_user.candidate.txt",
         prompts_dir / "rewriter_user.optimized_scores.json",
     )
+    check_outputs(outputs, options.apply)
     train = load_examples(options.train, "train", settings.seed)
     val = load_examples(options.val, "validation", settings.seed)
     check_budget(options.max_metric_calls, len(val))

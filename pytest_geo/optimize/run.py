@@ -5,13 +5,14 @@ atomically, and the working template only with --apply)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_geo.data.files import write_text_atomic
+from pytest_geo.data.files import unwritable, write_text_atomic
 from pytest_geo.engine.answer_schemas import proposal_schema
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import OPTIONAL_TEMPLATES, check_template
@@ -53,6 +54,32 @@ class Outputs:
     working: Path | None
     candidate: Path
     scores: Path
+
+
+def check_outputs(outputs: Outputs, apply: bool) -> None:
+    """Before any model call: every file the search will write can be written there, and
+    with --apply the working template is no symbolic link. Found after the search, either
+    would waste every call it paid for."""
+    named = [("candidate", outputs.candidate), ("scores", outputs.scores)]
+    if apply and outputs.working is not None:
+        refuse_link(outputs.working, outputs.candidate)
+        named.append(("working template (--apply)", outputs.working))
+    for what, path in named:
+        problem = unwritable(path)
+        if problem:
+            raise OptimizeError(f"{path}: cannot write the {what} there: {problem}; nothing was run")
+
+
+def refuse_link(working: Path, candidate: Path) -> None:
+    """--apply never replaces a symbolic link, nor writes through one: renaming over it
+    would leave a plain file where the link was (the shared prompt it named unchanged),
+    and writing to where it points would let a link planted in a cloned project overwrite
+    any file the user can write with model-written text."""
+    if working.is_symlink():
+        raise OptimizeError(
+            f"{working}: --apply would replace this symbolic link (to {os.readlink(working)}); it never writes "
+            f"through one: run without --apply and copy {candidate} where the link points, or make {working} "
+            "a plain file")
 
 
 def counted_stack(settings: Settings, client: ChatClient | None) -> tuple[ClientStack, CallCounter]:
@@ -172,7 +199,7 @@ def search_and_write(
         elif working is None:
             print(f"egeo: warning: {task.component}: the template is written inline; copy the candidate by hand",
                   file=sys.stderr)
-        elif working.read_bytes() != original:
+        elif working.is_symlink() or working.read_bytes() != original:
             print(f"egeo: warning: {working} changed during the run; not applied", file=sys.stderr)
         else:
             write_text_atomic(working, best.template)

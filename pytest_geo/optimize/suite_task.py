@@ -17,6 +17,7 @@ from pytest_geo.llm.base import ChatClient
 from pytest_geo.optimize.run import (
     OptimizeOptions,
     Outputs,
+    check_outputs,
     counted_stack,
     reflection,
     report_spend,
@@ -108,6 +109,32 @@ def _suite_examples(suite: Suite, metric: Metric, spec: Any, split: str, seed: i
     ]
 
 
+def _outputs(procedure: PromptProcedure, suites_file: Path) -> Outputs:
+    """Beside the procedure's template file, or (written inline) beside the suites file."""
+    if procedure.source is not None:
+        stem = procedure.source.with_suffix("")
+        return Outputs(procedure.source, Path(f"{stem}.candidate.txt"), Path(f"{stem}.optimized_scores.json"))
+    base = suites_file.parent / procedure.name
+    return Outputs(None, Path(f"{base}.candidate.txt"), Path(f"{base}.optimized_scores.json"))
+
+
+def _check_procedures(procedures: Sequence[PromptProcedure], suites: dict[str, Suite],
+                      options: OptimizeOptions) -> dict[str, Outputs]:
+    """Each procedure's outputs by its name, once each has its suite and every file it
+    will write can be written: all before the first model call."""
+    assert options.suites is not None
+    found = {}
+    for procedure in procedures:
+        if procedure.name not in suites:
+            raise OptimizeError(
+                f"{options.suites}: prompt procedure {procedure.name!r} is marked optimize=True "
+                f"but no eval suite is named {procedure.name!r}"
+            )
+        found[procedure.name] = _outputs(procedure, options.suites)
+        check_outputs(found[procedure.name], options.apply)
+    return found
+
+
 def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
                            client: ChatClient | None = None) -> dict[str, Any]:
     """Kedi's rule: every prompt procedure marked `optimize=True` needs a same-named eval
@@ -119,12 +146,7 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
     if not procedures:
         raise OptimizeError(f"{options.suites}: no prompt procedure is marked optimize=True")
     suites = {s.name: s for s in suites_in(module)}
-    for procedure in procedures:
-        if procedure.name not in suites:
-            raise OptimizeError(
-                f"{options.suites}: prompt procedure {procedure.name!r} is marked optimize=True "
-                f"but no eval suite is named {procedure.name!r}"
-            )
+    outputs = _check_procedures(procedures, suites, options)
     stack, counter = counted_stack(settings, client)
     geo = GeoSession(settings, stack)
     results: dict[str, Any] = {}
@@ -146,14 +168,6 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
             if not train or not val:
                 raise OptimizeError(f"suite {suite.name!r}: dataset {metric.dataset!r} has no rows")
             check_budget(options.max_metric_calls, len(val))
-            if procedure.source is not None:
-                stem = procedure.source.with_suffix("")
-                outputs = Outputs(
-                    procedure.source, Path(f"{stem}.candidate.txt"), Path(f"{stem}.optimized_scores.json")
-                )
-            else:
-                base = options.suites.parent / procedure.name
-                outputs = Outputs(None, Path(f"{base}.candidate.txt"), Path(f"{base}.optimized_scores.json"))
             meta = reflection(geo.engine, Path(settings.prompts_dir), sorted(placeholders(procedure.template)), ())
             which = "test_data" if metric.dataset in suite.test_data else "data (no test_data)"
             results[procedure.name] = search_and_write(
@@ -165,7 +179,7 @@ def optimize_suite_prompts(settings: Settings, options: OptimizeOptions,
                 geo,
                 counter,
                 options,
-                outputs,
+                outputs[procedure.name],
                 {"train": f"{options.suites}::{suite.name} data", "val": f"{options.suites}::{suite.name} {which}"},
             )
     finally:

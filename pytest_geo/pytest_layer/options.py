@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_geo.data.egeo_data import is_egeo_data
+from pytest_geo.data.files import IS_DIRECTORY, unwritable
 from pytest_geo.judge import Judge, judges_from
 from pytest_geo.llm.endpoints import Endpoint
 from pytest_geo.option_spec import BY_KEY, OPTIONS, Option, add_pytest_options
@@ -163,23 +164,16 @@ def dataset_paths(config: pytest.Config) -> list[Path]:
 def check_report_paths(config: pytest.Config) -> None:
     """--geo-report and --geo-html must name a file that can be written: a directory or a
     place without write access is a usage error now, not a traceback after the run."""
-    import os
-
     for option in ("geo_report", "geo_html"):
         value = config.getoption(option)
         if not value:
             continue
         flag = "--" + option.replace("_", "-")
-        path = config.invocation_params.dir / value
-        if path.is_dir():
+        problem = unwritable(config.invocation_params.dir / value)
+        if problem == IS_DIRECTORY:
             raise pytest.UsageError(f"{flag}: {value} is a directory; name a file")
-        parent = path.parent
-        while not parent.exists() and parent != parent.parent:  # written with its missing directories
-            parent = parent.parent
-        if not parent.is_dir():
-            raise pytest.UsageError(f"{flag}: cannot write {value}: {parent} is not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise pytest.UsageError(f"{flag}: cannot write {value}: no write access to {parent}")
+        if problem:
+            raise pytest.UsageError(f"{flag}: cannot write {value}: {problem}")
     from pytest_geo.report.output import OutputPathError, check_output_paths
 
     try:

@@ -12,11 +12,12 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import open_atomic
+from pytest_geo.llm.file_lock import lock, locks_available
 from pytest_geo.llm.redaction import run_redactor
 from pytest_geo.report.html import TranscriptSample, sample_nodeids, write_html
 from pytest_geo.report.json_report import build_report, write_json
@@ -87,6 +88,14 @@ def write_report_files(results: Results, json_path: str | None, html_path: str |
     spool = results.spool()
     # The key out of every string (a dataset description, a prompt, a message may hold it).
     report = run_redactor().value(build_report(results))
+    with folders_locked([path for path in (json_path, html_path) if path]):
+        written = _write_files(results, report, spool, json_path, html_path, who, flags)
+    spool.close()
+    return written
+
+
+def _write_files(results: Results, report: dict[str, Any], spool: TranscriptSpool, json_path: str | None,
+                 html_path: str | None, who: str, flags: tuple[str, str]) -> list[str]:
     report["transcripts"] = _write_transcripts(results, spool, json_path, html_path, who, flags)
     sample = _sample(report, spool)
     written = []
@@ -104,8 +113,30 @@ def write_report_files(results: Results, json_path: str | None, html_path: str |
             results.write_errors.append(error + _remove_previous(Path(path)))
         else:
             written.append(path)
-    spool.close()
     return written
+
+
+@contextmanager
+def folders_locked(paths: Iterable[str]) -> Iterator[None]:
+    """An exclusive lock on each folder a report file goes to (in one order: no two runs
+    wait on each other), held while the report, the page and the transcripts are written.
+    Two runs writing one report path then write one after the other, and the files left
+    are one run's, together: interleaved, one run's report could name the other's
+    transcripts file, holding other rows. Transcripts keep their fixed name beside the
+    report (the page, `egeo merge` and CI steps find them by it) rather than one per run,
+    which would pile up. Without `fcntl` (Windows) nothing is locked."""
+    folders = sorted({Path(path).resolve().parent for path in paths if not _is_device(Path(path))})
+    with ExitStack() as held:
+        for folder in folders if locks_available() else ():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(folder, os.O_RDONLY)
+            except OSError:  # the write itself will say why
+                continue
+            held.callback(os.close, fd)
+            with suppress(OSError):  # a file system without locks: written as before, unlocked
+                lock(fd)
+        yield
 
 
 def _write_transcripts(results: Results, spool: TranscriptSpool, json_path: str | None, html_path: str | None,
