@@ -58,16 +58,17 @@ def startup(before: str, after: str, rows: int, repeat: int) -> dict[str, Figure
     folders name the installs in bench_startup.py's lines."""
     out = run_bench(after, "bench_startup.py", "--rows", str(rows), "--repeat", str(repeat),
                     "--python", before, "--python", after)
-    wall = out.split("wall clock:", 1)[-1].split("CPU (user", 1)[0]
+    wall, cpu = out.split("wall clock:", 1)[-1].split("CPU (user", 1)
     figures: dict[str, Figures] = {"before": {}, "after": {}}
     for side, python in (("before", before), ("after", after)):
         venv = re.escape(Path(python).parent.parent.name)
         for entry, label in (("egeo evaluate", "egeo"), ("pytest rows.jsonl", "pytest")):
             block = rf"{re.escape(entry)} \({venv}\): whole run ([\d.]+) s.*\n.*first request after launch: " \
                     rf"([\d.]+) s.*\n.*exit after the last answer: ([\d.]+) s"
-            names = (f"{rows} rows, {label}: whole run (s)", f"{label}: first request after launch (s)",
-                     f"{label}: exit after the last answer (s)")
-            figures[side].update(found(block, wall, names))
+            for text, unit in ((wall, "s"), (cpu, "CPU s")):
+                names = (f"{rows} rows, {label}: whole run ({unit})", f"{label}: first request after launch ({unit})",
+                         f"{label}: exit after the last answer ({unit})")
+                figures[side].update(found(block, text, names))
     return figures
 
 
