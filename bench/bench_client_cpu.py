@@ -274,9 +274,11 @@ def child_cpu(command: list[str], cwd: Path) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def all_in(url: str, directory: Path, rows: int, concurrency: int, run: int, pace: bool) -> dict[str, float]:
+def all_in(url: str, directory: Path, rows: int, concurrency: int, run: int, pace: bool,
+           python: str = sys.executable) -> dict[str, float]:
     """Process CPU per call of `pytest` and `egeo evaluate`: N rows less 1 row, over the
-    calls the extra rows made (3 a row); `pace` False: at the collector's default pace."""
+    calls the extra rows made (3 a row); `pace` False: at the collector's default pace;
+    `python`: the interpreter (of a venv) whose install runs."""
     figures = {}
     for name in ("pytest", "egeo"):
         spent = {}
@@ -286,13 +288,13 @@ def all_in(url: str, directory: Path, rows: int, concurrency: int, run: int, pac
             if name == "pytest":
                 start = ["-m", "pytest"] if pace else ["-c", DEFAULT_PACE.format(name="pytest")
                                                        + "import pytest; sys.exit(pytest.console_main())"]
-                command = [sys.executable, *start, dataset.name, "--geo-base-url", url, "-q",
+                command = [python, *start, dataset.name, "--geo-base-url", url, "-q",
                            "-p", "no:cacheprovider", "--geo-concurrency", str(concurrency),
                            "--geo-cache-dir", str(answers)]
             else:
                 start = ["-m", "pytest_geo"] if pace else ["-c", DEFAULT_PACE.format(name="egeo")
                                                            + "from pytest_geo.cli import main; sys.exit(main())"]
-                command = [sys.executable, *start, "evaluate", "--dataset", str(dataset),
+                command = [python, *start, "evaluate", "--dataset", str(dataset),
                            "--base-url", url, "--concurrency", str(concurrency), "--cache-dir", str(answers)]
             spent[n] = child_cpu(command, directory)
         figures[name] = (spent[rows] - spent[1]) / (3 * (rows - 1))

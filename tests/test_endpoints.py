@@ -126,15 +126,15 @@ def sent(server: FakeOpenAI, header: str = "authorization") -> tuple[set[str], s
     return {r["body"].get("model") for r in server.requests}, {r["headers"].get(header) for r in server.requests}
 
 
+@pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
-@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_each_role_goes_to_its_own_endpoint_with_its_own_key(pytester: pytest.Pytester,
-                                                              servers: dict[str, FakeOpenAI], workers: str) -> None:
+                                                              servers: dict[str, FakeOpenAI]) -> None:
     GeoProject(pytester, servers["default"]).dataset(6)
     pytester.makeini(endpoints_ini(servers))
     servers["rewrite"].fail_next("500", "429")  # faults on one endpoint: retried there
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-base-url", servers["default"].url,
+        "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", servers["default"].url,
         "--geo-ranker-model", "rank/ranker-m", "--geo-rewriter-model", "rewrite/org/rewriter-m")
     result.assert_outcomes(passed=6)
     assert len(servers["rank"].requests) == 12  # rank_before and rank_after of each row
@@ -380,16 +380,16 @@ def register_provider(directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", f"{directory}:{TESTS}")
 
 
+@pytest.mark.plugin
 @pytest.mark.usefixtures("endpoint_env")
-@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_a_registered_provider_speaks_its_own_wire_format(pytester: pytest.Pytester,
                                                           servers: dict[str, FakeOpenAI],
-                                                          monkeypatch: pytest.MonkeyPatch, workers: str) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     register_provider(pytester.path / "site", monkeypatch)
     monkeypatch.setenv("MSGS_API_KEY", "msgs-secret-3333")
     GeoProject(pytester, servers["default"]).dataset(4)
     pytester.makeini(f"[pytest]\ngeo_endpoints =\n    msgs = {servers['rewrite'].url} MSGS_API_KEY\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", workers, "rows.jsonl",
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", "rows.jsonl",
                                            "--geo-base-url", servers["default"].url,
                                            "--geo-ranker-model", "msgs/ranker-m")
     result.assert_outcomes(passed=4)

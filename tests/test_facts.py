@@ -201,7 +201,7 @@ ADVERSARIAL_UNITS = ["a-", "1-", "1.", "a.", "1,", "1,111", "1", "a", "1 x ", "a
 
 
 @pytest.mark.unit
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(units=st.lists(st.sampled_from(ADVERSARIAL_UNITS), min_size=1, max_size=3),
        repeat=st.integers(min_value=1, max_value=20_000), noise=st.text(max_size=40))
 def test_adversarial_text_is_checked_without_a_hang(units: list[str], repeat: int, noise: str) -> None:
@@ -241,7 +241,7 @@ PIECES = [*"a1 -.,x$€£¥kgCE2TWOtwo ISO%\n\t_\"°", " per cent", "RoHS", "TÜ
 
 
 @pytest.mark.unit
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(text=st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
 def test_the_window_scan_finds_what_the_plain_pattern_finds_in_the_whole_text(text: str) -> None:
     assert [f for kind, written in _matches(text) for f in _facts_of(kind, written)] == plain_facts(text)

@@ -355,7 +355,7 @@ def _row_lines(draw: st.DrawFn) -> tuple[str, str | None]:
 
 
 @pytest.mark.unit
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_row_lines())
 def test_a_line_decodes_as_json_loads_does_unless_a_key_repeats(spelled: tuple[str, str | None]) -> None:
     """The same object json.loads gives, or DuplicateKey naming the key given twice."""

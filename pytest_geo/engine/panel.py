@@ -18,7 +18,7 @@ from typing import Any
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.data.egeo_data import cached_order
 from pytest_geo.data.record import ModelCall
-from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, fact_violations, one_line
+from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, Shown, fact_violations, one_line
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.shared_rank import SharedRanks
@@ -68,69 +68,87 @@ def shared_before(engine: GeoEngine, row: GeoRow, shared: SharedRanks, repeat: i
     return before
 
 
+@dataclass
+class _Calls:
+    """A panel row's calls, kept apart so they are reported in experiment order."""
+
+    before: dict[str, list[ModelCall]]
+    rewrite: list[ModelCall]
+    after: dict[str, list[ModelCall]]
+
+    def in_order(self, judges: Iterable[Judge]) -> tuple[ModelCall, ...]:
+        names = [j.name for j in judges]
+        return (*(c for n in names for c in self.before[n]), *self.rewrite,
+                *(c for n in names for c in self.after[n]))
+
+
 async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = None,
                     before: Before | None = None, rewriter_model: str | None = None) -> GeoOutcome:
     """The experiment with every judge of `engine.judges`; `before` gives a judge's
     rank_before (shared by variants), else each is asked here."""
     judges = engine.judges
     shown = engine.shown(row.candidates)
-    before_calls: dict[str, list[ModelCall]] = {j.name: [] for j in judges}
-    after_calls: dict[str, list[ModelCall]] = {j.name: [] for j in judges}
-    rewrite_calls: list[ModelCall] = []
-
-    async def rank_before(judge: Judge) -> tuple[str, ...]:
-        cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
-        if cached is not None:
-            return cached
-        if before is None:
-            order, calls = await _ranked_before(engine, row, judge)
-        else:
-            order, calls = await before(judge)
-        before_calls[judge.name].extend(ModelCall(**c) for c in calls)
-        return order
-
-    befores = {j.name: asyncio.ensure_future(rank_before(j)) for j in judges}
-    rewritten: str | None = None
-    error: str | None = None
-    not_run = False
-    violations: tuple[str, ...] = ()
-    cells: list[JudgeOutcome] = []
+    calls = _Calls({j.name: [] for j in judges}, [], {j.name: [] for j in judges})
+    befores = {j.name: asyncio.ensure_future(_rank_before(engine, row, j, before, calls.before[j.name]))
+               for j in judges}
     try:
-        rewritten = await engine.rewrite(row, prompts, rewrite_calls, rewriter_model)
+        rewritten = await engine.rewrite(row, prompts, calls.rewrite, rewriter_model)
     except asyncio.CancelledError:
         await _stop(befores.values())
         raise
     except Exception as exc:  # no rewrite: no judge can score the row
         await _stop(befores.values())
-        error, not_run = one_line(exc), isinstance(exc, ServerUnusable)
-        cells = [JudgeOutcome(j.name, error=f"no rewrite: {error}") for j in judges]
-    if rewritten is not None:
-        violations = fact_violations(row, rewritten)
-        after_shown = shown.rewritten(row.target_id, rewritten)
+        why = one_line(exc)
+        cells = [JudgeOutcome(j.name, error=f"no rewrite: {why}") for j in judges]
+        return _outcome(row, None, why, isinstance(exc, ServerUnusable), (), calls.in_order(judges), cells)
+    violations = fact_violations(row, rewritten)
+    after_shown = shown.rewritten(row.target_id, rewritten)
+    cells = list(await asyncio.gather(*(_judged(engine, row, j, befores[j.name], after_shown, calls.after[j.name])
+                                        for j in judges)))
+    error, not_run = _panel_error(cells)
+    if error is None and engine.strict_facts and violations:
+        error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
+    return _outcome(row, rewritten, error, not_run, violations, calls.in_order(judges), cells)
 
-        async def judged(judge: Judge) -> JudgeOutcome:
-            after = engine.ranking(row, after_shown, after_calls[judge.name], "rank_after", judge)
-            got = await asyncio.gather(befores[judge.name], after, return_exceptions=True)
-            for result in got:
-                if isinstance(result, BaseException):
-                    if not isinstance(result, Exception):
-                        raise result
-                    return JudgeOutcome(judge.name, error=one_line(result), not_run=isinstance(result, ServerUnusable))
-            order, after_order = got
-            assert isinstance(order, tuple) and isinstance(after_order, list)
-            return JudgeOutcome(judge.name, order.index(row.target_id) + 1, after_order.index(row.target_id) + 1,
-                                order_before=order)
 
-        cells = list(await asyncio.gather(*(judged(j) for j in judges)))
-        failed = [c for c in cells if c.error is not None]
-        if failed:
-            error = "; ".join(f"judge {c.name}: {c.error}" for c in failed)
-            not_run = all(c.not_run for c in cells)
-        elif engine.strict_facts and violations:
-            error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
+async def _rank_before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Before | None,
+                       calls: list[ModelCall]) -> tuple[str, ...]:
+    cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
+    if cached is not None:
+        return cached
+    order, made = await (_ranked_before(engine, row, judge) if before is None else before(judge))
+    calls.extend(ModelCall(**c) for c in made)
+    return order
+
+
+async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitable[tuple[str, ...]],
+                  after_shown: Shown, calls: list[ModelCall]) -> JudgeOutcome:
+    """One judge's cell once its rank_before and rank_after are in; either failing leaves it empty."""
+    after = engine.ranking(row, after_shown, calls, "rank_after", judge)
+    got = await asyncio.gather(before, after, return_exceptions=True)
+    for result in got:
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            return JudgeOutcome(judge.name, error=one_line(result), not_run=isinstance(result, ServerUnusable))
+    order, after_order = got
+    assert isinstance(order, tuple) and isinstance(after_order, list)
+    return JudgeOutcome(judge.name, order.index(row.target_id) + 1, after_order.index(row.target_id) + 1,
+                        order_before=order)
+
+
+def _panel_error(cells: list[JudgeOutcome]) -> tuple[str | None, bool]:
+    """The row's error naming every judge that failed, and whether none of them could run."""
+    failed = [c for c in cells if c.error is not None]
+    if not failed:
+        return None, False
+    return "; ".join(f"judge {c.name}: {c.error}" for c in failed), all(c.not_run for c in cells)
+
+
+def _outcome(row: GeoRow, rewritten: str | None, error: str | None, not_run: bool, violations: tuple[str, ...],
+             calls: tuple[ModelCall, ...], cells: list[JudgeOutcome]) -> GeoOutcome:
+    """The row's outcome: its ranks the means over the judges that scored it."""
     scored = [c for c in cells if c.rank_improvement is not None]
-    calls = (*(c for j in judges for c in before_calls[j.name]), *rewrite_calls,
-             *(c for j in judges for c in after_calls[j.name]))
     if error is not None:
         calls = tuple(ModelCall(**c) for c in calls)
     before_mean = _mean([c.rank_before for c in scored if c.rank_before is not None])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_geo.report.baseline import Comparison
 from pytest_geo.report.numbers import format_p
 from pytest_geo.report.results import Results, SuiteResult
 
@@ -49,20 +50,7 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
         failures.append(GateFailure(BUDGET_GATE, f"{results.budget_reached}; {results.not_run} row(s) not run",
                                     "budget"))
     for suite in results.suites():
-        if suite.below_threshold and suite.panel is None and not suite.judge_thresholds:
-            failures.append(GateFailure(
-                gate_nodeid(results, suite.suite, suite.split, "threshold"),
-                f"score {suite.summary.mean:.4f} < {suite.threshold:.4f} ({suite.label}, n={suite.summary.n})",
-                "threshold", suite.summary.mean, f"threshold {suite.threshold:.4f}",
-            ))
-        elif suite.below_threshold:  # with judges: the panel's limit, and each judge's (SUITE@JUDGE)
-            for who, summary, limit in suite.threshold_misses():
-                failures.append(GateFailure(
-                    gate_nodeid(results, suite.suite, suite.split, "threshold" if who == "panel" else
-                                f"threshold@{who.removeprefix('judge ')}"),
-                    f"{who} score {summary.mean:.4f} < {limit:.4f} ({suite.label}, n={summary.n})",
-                    "threshold", summary.mean, f"threshold {limit:.4f}",
-                ))
+        failures.extend(_threshold_failures(results, suite))
         if error_rate_failed(suite, max_error_rate):
             failures.append(GateFailure(
                 gate_nodeid(results, suite.suite, suite.split, "error_rate"),
@@ -71,22 +59,42 @@ def gate_failures(results: Results, *, fail_on_regression: bool, max_error_rate:
                 "error_rate", suite.error_rate, f"max error rate {max_error_rate:.4f}",
             ))
     if fail_on_regression:
-        for c in results.regressions():
-            if c.sequential_drop:
-                failures.append(GateFailure(
-                    gate_nodeid(results, c.suite, c.split, "regression"),
-                    "dropped against the baseline: the sequential test decided the baseline better"
-                    + (f" (mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows)" if c.paired else ""),
-                    "regression", c.score,
-                    "baseline" + ("" if c.baseline_score is None else f" {c.baseline_score:.4f}"),
-                ))
-                continue
-            assert c.paired is not None  # a regression is a paired result
-            failures.append(GateFailure(
-                gate_nodeid(results, c.suite, c.split, "regression"),
-                f"dropped against the baseline: mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows, "
-                f"sign_test_p={format_p(c.paired.sign_test_p)} < 0.05",
-                "regression", c.score,
-                "baseline" + ("" if c.baseline_score is None else f" {c.baseline_score:.4f}"),
-            ))
+        failures.extend(_regression_failure(results, c) for c in results.regressions())
     return failures
+
+
+def _threshold_failures(results: Results, suite: SuiteResult) -> list[GateFailure]:
+    if not suite.below_threshold:
+        return []
+    if suite.panel is None and not suite.judge_thresholds:
+        return [GateFailure(
+            gate_nodeid(results, suite.suite, suite.split, "threshold"),
+            f"score {suite.summary.mean:.4f} < {suite.threshold:.4f} ({suite.label}, n={suite.summary.n})",
+            "threshold", suite.summary.mean, f"threshold {suite.threshold:.4f}",
+        )]
+    # with judges: the panel's limit, and each judge's (SUITE@JUDGE)
+    return [GateFailure(
+        gate_nodeid(results, suite.suite, suite.split, "threshold" if who == "panel" else
+                    f"threshold@{who.removeprefix('judge ')}"),
+        f"{who} score {summary.mean:.4f} < {limit:.4f} ({suite.label}, n={summary.n})",
+        "threshold", summary.mean, f"threshold {limit:.4f}",
+    ) for who, summary, limit in suite.threshold_misses()]
+
+
+def _regression_failure(results: Results, c: Comparison) -> GateFailure:
+    nodeid = gate_nodeid(results, c.suite, c.split, "regression")
+    limit = "baseline" + ("" if c.baseline_score is None else f" {c.baseline_score:.4f}")
+    if c.sequential_drop:
+        return GateFailure(
+            nodeid,
+            "dropped against the baseline: the sequential test decided the baseline better"
+            + (f" (mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows)" if c.paired else ""),
+            "regression", c.score, limit,
+        )
+    assert c.paired is not None  # a regression is a paired result
+    return GateFailure(
+        nodeid,
+        f"dropped against the baseline: mean_diff={c.paired.mean_diff:+.4f} over {c.paired.n} paired rows, "
+        f"sign_test_p={format_p(c.paired.sign_test_p)} < 0.05",
+        "regression", c.score, limit,
+    )
