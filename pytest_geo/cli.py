@@ -99,8 +99,9 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
         "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
     given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
-    # E-GEO's data comes with its rule: the rewriter never sees the query.
-    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
+    # E-GEO's data comes with its rule (the rewriter never sees the query) and its ranker.
+    given["egeo_data"] = is_egeo_data(getattr(args, "dataset", None) or "")
+    given["query_blind"] = bool(given.get("query_blind")) or given["egeo_data"]
     try:
         given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
     except ValueError as exc:
