@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import is_scored
 from pytest_geo.llm.usage import cost_json
+from pytest_geo.report.flags import flag_rates_by_suite, rates_json, red_team
 from pytest_geo.report.noise import noise_floors
 from pytest_geo.report.results import (
     REPORT_FORMAT_VERSION,
@@ -31,10 +32,17 @@ def build_report(results: Results) -> dict[str, Any]:
                      for name, s in results.geo_suite_results().items()},
     }
     floors = noise_floors(results.records)
+    rates = flag_rates_by_suite(results.records)
     for suite in report["suites"]:  # with --geo-repeats K >= 2: the judge's noise floor
         floor = floors.get((suite["suite"], suite["split"]))
         if floor is not None:
             suite.update(floor.as_json())
+        found = rates.get((suite["suite"], suite["split"]))
+        if found is not None:  # with E-GEO's answers: how often the target was flagged
+            suite["flag_rates"] = rates_json(found)
+    teams = red_team(results.records)
+    if teams:
+        report["redteam"] = [team.as_json() for team in teams]
     comparisons = compare_variants(results.records, results.suites())
     if comparisons:
         report["variants"] = [c.as_json() for c in comparisons]
