@@ -37,7 +37,15 @@ from pytest_geo.report.output import OutputPathError, check_output_paths, prompt
 from pytest_geo.report.progress import RunProgress, stderr_progress
 from pytest_geo.report.results import Results
 from pytest_geo.report.stopping import Monitor, monitor_for, planned_row, rounds
-from pytest_geo.report.terminal import comparison_lines, fact_lines, panel_lines, run_notes, written_lines
+from pytest_geo.report.terminal import (
+    comparison_lines,
+    fact_lines,
+    flag_lines,
+    panel_lines,
+    red_team_lines,
+    run_notes,
+    written_lines,
+)
 from pytest_geo.report.transcripts import TranscriptSpool
 from pytest_geo.scoring import Summary
 from pytest_geo.settings import (
@@ -99,8 +107,9 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
         "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
     }
     given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
-    # E-GEO's data comes with its rule: the rewriter never sees the query.
-    given["query_blind"] = bool(given.get("query_blind")) or is_egeo_data(getattr(args, "dataset", None) or "")
+    # E-GEO's data comes with its rule (the rewriter never sees the query) and its ranker.
+    given["egeo_data"] = is_egeo_data(getattr(args, "dataset", None) or "")
+    given["query_blind"] = bool(given.get("query_blind")) or given["egeo_data"]
     try:
         given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
     except ValueError as exc:
@@ -215,7 +224,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
         results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
     for line in [*run_notes(results, settings.mock, "pytest's ini option geo_prices"), *fact_lines(results),
-                 *_partial(results, geo.stopped), *panel_lines(results), *comparison_lines(results)]:
+                 *_partial(results, geo.stopped), *panel_lines(results), *flag_lines(results),
+                 *comparison_lines(results), *red_team_lines(results)]:
         print(line, file=sys.stderr)
     print(json.dumps(_metrics(results, dataset, list(settings.variants)), indent=2, sort_keys=True))
     _write_reports(args, results, settings, started, time.perf_counter() - clock)

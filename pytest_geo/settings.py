@@ -146,6 +146,7 @@ class Settings:
     split: str = "test"
     strict_facts: bool = False
     query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
+    egeo_data: bool = False  # the run names E-GEO data: the packaged prompts' ranker is E-GEO's (same module)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed

@@ -5,6 +5,10 @@ description in the rewriter prompt) with the mock model's logic, so rows pass en
 a rewriter prompt saying "KEEP it as it is." gets the description back unchanged (a
 strategy that loses to the mock's, for comparisons of variants); a model whose name holds
 "reversed" ranks the other way round (a judge that disagrees with the others).
+A ranker prompt naming `questionable_products` (E-GEO's) gets E-GEO's answer: the
+products read from its `[n] title` blocks, those holding a manipulation phrase flagged and
+ranked last (the mock's rule), except by a model whose name holds "gullible"; a red-team
+attack's rewrite carries the mock's attack line.
 Latency and faults are injectable; it records every request (with the requests in flight
 when it came, and its body as received in `raw_bodies`) and the most in flight.
 With `serial` set it answers one call at a time, as a local CPU model's server does:
@@ -71,7 +75,7 @@ from typing import Any
 
 from fake_batches import BatchStore
 
-from pytest_geo.llm.mock import ranker_order, rewrite
+from pytest_geo.llm.mock import ATTACK_LINE, ATTACK_MARK, egeo_ranking, questionable, ranker_order, rewrite
 
 FAULTS = ("ok", "429", "500", "401", "404", "400", "drop", "slow", "malformed", "bad_ranking", "echo_headers",
           "echo_key", "huge", "odd_types", "json_as_text", "context_length",
@@ -95,6 +99,8 @@ HONEST = object()  # FakeOpenAI.usage_as: the usage counted from the request and
 MISSING = object()  # FakeOpenAI.usage_as: the answer has no `usage` at all
 GATEWAY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
 REVERSED = "reversed"  # in a model's name: its rankings are the usual ones reversed (a disagreeing judge)
+GULLIBLE = "gullible"  # in a model's name: it never flags a product as questionable (E-GEO's answer)
+PRODUCT = re.compile(r"^\[([^\]\n]+)\] (.*)$", re.MULTILINE)  # a product's first line in {{products}}
 
 
 class RateLimit:
@@ -326,6 +332,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
         return "The service is overloaded. Please try again later."
     query_match = QUERY.search(user)
     query = query_match.group(1) if query_match else ""
+    if "questionable_products" in system + user:
+        return json.dumps(egeo_answer(query, _products(user), str(body.get("model", ""))))
     if "ordered_ids" in system:
         ordered = ranker_order({"query": query, "candidates": _candidates(user)})
         if REVERSED in str(body.get("model", "")):  # a judge that sees everything the other way round
@@ -346,6 +354,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     if KEEP in user:  # a strategy that cannot move its target, for paired comparisons
         return json.dumps({"rewritten_description": description.group(1) if description else ""})
     rewritten = rewrite({"description": description.group(1) if description else ""})
+    if ATTACK_MARK in user:
+        rewritten += f" {ATTACK_LINE}"
     if fault == "echo_key":  # written inside the JSON string as is: each form decodes to the key
         return '{"rewritten_description": ' + json.dumps(rewritten)[:-1] + " " + " ".join(key_forms(_key(headers))) + '"}'
 
@@ -354,6 +364,23 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     if fault == "echo_headers":
         rewritten += " Headers: " + "; ".join(f"{k}: {v}" for k, v in (headers or {}).items())
     return json.dumps({"rewritten_description": rewritten})
+
+
+def egeo_answer(query: str, products: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    """E-GEO's answer for `products`, as the mock gives it (none flagged by a gullible model)."""
+    context = {"query": query, "candidates": products}
+    order = ranker_order(context)
+    if REVERSED in model:
+        order.reverse()
+    return egeo_ranking(order, [] if GULLIBLE in model else questionable(context))
+
+
+def _products(text: str) -> list[dict[str, Any]]:
+    """The products of an E-GEO ranker prompt ({{products}}, the prompt's last part): each
+    `[id] title` line, and the lines up to the next as its description."""
+    marks = list(PRODUCT.finditer(text))
+    ends = [m.start() for m in marks[1:]] + [len(text)]
+    return [{"id": m[1], "title": m[2], "description": text[m.end():end].strip()} for m, end in zip(marks, ends, strict=True)]
 
 
 # OpenAI's reasoning models as its API names them (dated snapshots included).

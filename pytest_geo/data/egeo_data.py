@@ -124,21 +124,31 @@ def iter_egeo(path: Path | str, display: str | None = None) -> Iterator[DatasetL
             yield RowProblem(label, ordinal, f"query {shorten(str(query_id), 60)}: {exc}", str(query_id))
 
 
-def _ranking(value: Any) -> list[str] | None:
-    """A cached entry's before-ranking as product ids ("1" to "n"), or None when it has
-    none (`results` null, or older caches' JSON string without a ranking)."""
+def _results(value: Any) -> dict[str, Any] | None:
+    """A cached entry's `results` object (older caches hold it as a JSON string); None
+    when it has none."""
     results = value.get("results") if isinstance(value, dict) else None
     if isinstance(results, str):
         try:
             results = json.loads(results)
         except json.JSONDecodeError:
             return None
-    ranking = results.get("ranking") if isinstance(results, dict) else None
-    if not isinstance(ranking, list) or not ranking:
+    return results if isinstance(results, dict) else None
+
+
+def _numbers(value: Any) -> list[str] | None:
+    """A list of product numbers as product ids; None if it is not one."""
+    if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
         return None
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in ranking):
-        return None
-    return [str(n) for n in ranking]
+    return [str(n) for n in value]
+
+
+def _ranking(value: Any) -> list[str] | None:
+    """A cached entry's before-ranking as product ids ("1" to "n"), or None when it has
+    none (`results` null, or older caches' JSON string without a ranking)."""
+    results = _results(value)
+    ranking = _numbers(results.get("ranking")) if results is not None else None
+    return ranking or None
 
 
 def cached_order(row: GeoRow, judge: str) -> tuple[str, ...] | None:
@@ -159,9 +169,41 @@ def cached_order(row: GeoRow, judge: str) -> tuple[str, ...] | None:
     return tuple(order)
 
 
+def cached_flags(row: GeoRow, judge: str) -> frozenset[str] | None:
+    """The products the judge's cached before-ranking of an E-GEO row lists as
+    questionable; None when its cache entry has no such list (or there is no cache)."""
+    source = _SOURCES.get(row.path)
+    flags = _flags(source, judge) if source is not None else None
+    listed = flags.get(row.query_id or "") if flags is not None else None
+    return frozenset(listed) if listed is not None else None
+
+
 @functools.lru_cache(maxsize=32)
 def _rankings(path: Path, judge: str) -> dict[str, list[str]] | None:
     return cached_before_rankings(path, judge)
+
+
+@functools.lru_cache(maxsize=32)
+def _flags(path: Path, judge: str) -> dict[str, list[str]] | None:
+    entries = _cache_entries(path, judge)
+    if entries is None:
+        return None
+    flags = {}
+    for query_id, value in entries.items():
+        results = _results(value)
+        listed = _numbers(results.get("questionable_products")) if results is not None else None
+        if listed is not None:
+            flags[str(query_id)] = listed
+    return flags
+
+
+def _cache_entries(path: Path, judge: str) -> dict[str, Any] | None:
+    if judge not in CACHED_JUDGES:
+        return None
+    cache = initial_ranking_path(path, judge)
+    if not cache.is_file():
+        return None
+    return _load(cache, str(cache))
 
 
 def cached_before_rankings(path: Path | str, judge: str) -> dict[str, list[str]] | None:
@@ -169,13 +211,11 @@ def cached_before_rankings(path: Path | str, judge: str) -> dict[str, list[str]]
     best first), or None when the judge has no cache (not one of CACHED_JUDGES, or no file).
     A query missing from the cache, or whose entry holds no ranking, is left out: the
     benchmark drops it for that judge."""
-    if judge not in CACHED_JUDGES:
-        return None
-    cache = initial_ranking_path(Path(path), judge)
-    if not cache.is_file():
+    entries = _cache_entries(Path(path), judge)
+    if entries is None:
         return None
     rankings = {}
-    for query_id, value in _load(cache, str(cache)).items():
+    for query_id, value in entries.items():
         ranking = _ranking(value)
         if ranking is not None:
             rankings[str(query_id)] = ranking

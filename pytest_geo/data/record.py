@@ -59,7 +59,11 @@ class OutcomeFields(TypedDict, total=False):
     fact_violations: list[str]
     repeats: list[dict[str, Any]]
     # With --geo-judge: NAME -> {rank_before, rank_after, rank_improvement, error, order_before}
+    # (and flagged_before, flagged_after with E-GEO's answers)
     judges: dict[str, dict[str, Any]]
+    # With E-GEO's answers and the ranker alone: whether it listed the target as questionable
+    flagged_before: bool
+    flagged_after: bool
     judge_noise: float | None  # with repeats: mean absolute deviation of rank_before over the orders
     calls: list[ModelCall]  # taken out as the record arrives, into the transcripts file (report/transcripts.py)
     n_calls: int  # and how many there were, left in their place,

@@ -36,6 +36,21 @@ def ranking_schema(candidate_ids: Sequence[str]) -> dict[str, Any]:
     return _closed("ranking", {"ordered_ids": ordered})
 
 
+def egeo_ranking_schema(candidate_ids: Sequence[str]) -> dict[str, Any]:
+    """E-GEO's `{"ranking": [...], "questionable_products": [...]}`: every candidate in the
+    ranking, any of them (or none) questionable; numbers when the ids are (E-GEO's products
+    are numbered), else the ids' text."""
+    ids: list[Any] = list(candidate_ids)
+    items: dict[str, Any] = {"type": "string"}
+    if all(_is_number(i) for i in candidate_ids):
+        ids, items = [int(i) for i in candidate_ids], {"type": "integer"}
+    if _enum_fits(list(map(str, ids))):
+        items["enum"] = ids
+    ranking = {"type": "array", "items": items, "minItems": len(ids), "maxItems": len(ids)}
+    questionable = {"type": "array", "items": dict(items), "maxItems": len(ids)}
+    return _closed("egeo_ranking", {"ranking": ranking, "questionable_products": questionable})
+
+
 def rewrite_schema() -> dict[str, Any]:
     """`{"rewritten_description": "..."}`."""
     return _closed("rewrite", {"rewritten_description": {"type": "string"}})
@@ -44,6 +59,10 @@ def rewrite_schema() -> dict[str, Any]:
 def proposal_schema() -> dict[str, Any]:
     """The meta-optimizer's `{"new_prompt": "...", "rationale": "..."}`."""
     return _closed("prompt_proposal", {"new_prompt": {"type": "string"}, "rationale": {"type": "string"}})
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and str(int(text)) == text
 
 
 def _enum_fits(ids: Sequence[str]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_geo.llm.answer_json import AnswerError, extract_json_object
 from pytest_geo.llm.base import MAX_ANSWER_CHARS, ChatResponse
@@ -42,9 +42,18 @@ def kept_answer(text: str) -> str:
     return text[:KEPT_PREFIX] + f"\n[answer cut here in this report: {len(text):,} characters in all]"
 
 
-def _id_text(value: Any) -> str:
+class Judgement(NamedTuple):
+    """A ranker's answer: the ids best first, and those it listed as questionable (E-GEO's
+    `questionable_products`); `flagged` is None when the answer has no such field
+    (the `ordered_ids` answer)."""
+
+    order: list[str]
+    flagged: frozenset[str] | None = None
+
+
+def _id_text(value: Any, name: str = "ordered_ids") -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise AnswerError(f"ordered_ids holds {type(value).__name__} {shorten(repr(value), 80)}, not an id")
+        raise AnswerError(f"{name} holds {type(value).__name__} {shorten(repr(value), 80)}, not an id")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip()
@@ -60,13 +69,32 @@ def parse_ranking(text: str, candidate_ids: Sequence[str]) -> list[str]:
     answer = extract_json_object(text, "ordered_ids")
     if "ordered_ids" not in answer:
         raise AnswerError(f"answer has no 'ordered_ids' field (keys: {_keys(answer)})")
-    raw = answer["ordered_ids"]
+    return _permutation(answer["ordered_ids"], candidate_ids, "ordered_ids")
+
+
+def parse_egeo_ranking(text: str, candidate_ids: Sequence[str]) -> Judgement:
+    """E-GEO's `{"ranking": [...], "questionable_products": [...]}`: the ranking a
+    permutation of the candidates (numbers or strings), the questionable ones a list of
+    them (missing: none; ids that are no candidate's are dropped)."""
+    answer = extract_json_object(text, "ranking")
+    if "ranking" not in answer:
+        raise AnswerError(f"answer has no 'ranking' field (keys: {_keys(answer)})")
+    order = _permutation(answer["ranking"], candidate_ids, "ranking")
+    raw = answer.get("questionable_products", [])
     if not isinstance(raw, list):
-        raise AnswerError(f"'ordered_ids' is {type(raw).__name__}, not a list")
+        raise AnswerError(f"'questionable_products' is {type(raw).__name__}, not a list")
+    known = set(candidate_ids)
+    return Judgement(order, frozenset(i for i in (_id_text(v, "questionable_products") for v in raw) if i in known))
+
+
+def _permutation(raw: Any, candidate_ids: Sequence[str], name: str) -> list[str]:
+    """`raw` as ids (JSON strings or numbers), which must be a permutation of the candidates."""
+    if not isinstance(raw, list):
+        raise AnswerError(f"'{name}' is {type(raw).__name__}, not a list")
     try:  # ids as JSON strings, the common case, read without a call each
         ordered = [value.strip() for value in raw]
     except AttributeError:  # a number, or what no id is (_id_text says which)
-        ordered = [_id_text(v) for v in raw]
+        ordered = [_id_text(v, name) for v in raw]
     expected = list(candidate_ids)
     given, known = set(ordered), set(expected)
     if given == known and len(ordered) == len(given) == len(expected):  # a permutation: nothing to list

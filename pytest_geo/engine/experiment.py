@@ -14,18 +14,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
-from pytest_geo.engine.answer_schemas import ranking_schema, rewrite_schema
+from pytest_geo.engine.answer_schemas import egeo_ranking_schema, ranking_schema, rewrite_schema
 from pytest_geo.engine.answers import (
+    Judgement,
     UnusableAnswer,
     check_answer,
     kept_answer,
+    parse_egeo_ranking,
     parse_ranking,
     parse_rewrite,
 )
 from pytest_geo.engine.facts import new_facts
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import CANDIDATE_VARS, PromptSet
-from pytest_geo.engine.shared_rank import Ranked, SharedRanks
+from pytest_geo.engine.shared_rank import Place, Ranked, SharedRanks
 from pytest_geo.llm.answer_json import AnswerError
 from pytest_geo.llm.base import ChatClient, ChatRequest, ServerUnusable
 from pytest_geo.llm.profiles import ranking_bytes, rewrite_bytes, sized_cap
@@ -61,6 +63,10 @@ class GeoOutcome:
     # With --geo-judge: each judge's cell (engine/panel.py), in the judges' order.
     judges: tuple[JudgeOutcome, ...] = ()
     seconds: float = field(default=0.0, compare=False)  # the experiment's wall time
+    # With E-GEO's answers (prompts naming `questionable_products`): whether the ranker
+    # listed the target as questionable before and after the rewrite; None: not asked.
+    flagged_before: bool | None = None
+    flagged_after: bool | None = None
 
     @property
     def rank_improvement(self) -> float | None:
@@ -73,8 +79,11 @@ class GeoOutcome:
         if self.error is not None:
             return f"error: {self.error}"
         text = f"rank {self.rank_before} -> {self.rank_after}"
+        if self.flagged_after:
+            text += " (flagged as questionable)"
         if self.judges:
-            text = "; ".join(f"{j.name}: rank {j.rank_before} -> {j.rank_after}" for j in self.judges)
+            text = "; ".join(f"{j.name}: rank {j.rank_before} -> {j.rank_after}"
+                             + (" (flagged as questionable)" if j.flagged_after else "") for j in self.judges)
         facts = [f"new facts: {', '.join(self.fact_violations)}"] if self.fact_violations else []
         return "; ".join([text, *self.notes, *facts])
 
@@ -102,6 +111,10 @@ class GeoOutcome:
         )
         if self.judges:
             fields["judges"] = {j.name: j.record() for j in self.judges}
+        if self.flagged_before is not None:
+            fields["flagged_before"] = self.flagged_before
+        if self.flagged_after is not None:
+            fields["flagged_after"] = self.flagged_after
         return fields
 
 
@@ -151,12 +164,19 @@ def _json_array(items: list[str]) -> str:
     return "[\n" + ",\n".join(items) + "\n]" if items else "[]"
 
 
+def _product(c: Candidate) -> str:
+    """A candidate in `{{products}}`, as the E-GEO benchmark shows a product: its number
+    (the id) and title, then its description's lines (a blank line between products)."""
+    return f"[{c.id}] {c.title}\n{c.description}".rstrip()
+
+
 # Each way a ranker template can show the candidates: how one candidate is written, and
 # how the written candidates are joined.
 CANDIDATE_FORMS: dict[str, tuple[Callable[[Candidate], str], Callable[[list[str]], str]]] = {
     "candidates": (_block, "\n\n".join),
     "candidates_jsonl": (_json_line, "\n".join),
     "candidates_json": (_json_item, _json_array),
+    "products": (_product, "\n\n".join),
 }
 
 
@@ -174,10 +194,11 @@ class Shown:
     written: dict[str, list[str]]
 
     @classmethod
-    def of(cls, candidates: tuple[Candidate, ...], used: Collection[str]) -> Shown:
+    def of(cls, candidates: tuple[Candidate, ...], used: Collection[str], egeo: bool = False) -> Shown:
+        """`egeo`: the answer asked for is E-GEO's (its schema then)."""
         ids = [c.id for c in candidates]
         written = {name: list(map(write, candidates)) for name, (write, _) in CANDIDATE_FORMS.items() if name in used}
-        return cls(candidates, ids, ranking_schema(ids), written)
+        return cls(candidates, ids, egeo_ranking_schema(ids) if egeo else ranking_schema(ids), written)
 
     def values(self, query: str, query_id: str | None) -> dict[str, Any]:
         """The ranker's placeholder values."""
@@ -304,29 +325,34 @@ class GeoEngine:
         """`candidates` as this engine's ranker templates show them."""
         systems = [j.system_text for j in self.judges if j.system_text is not None]
         return Shown.of(candidates, _used_placeholders(self.prompts.ranker_system, self.prompts.ranker_user,
-                                                       *systems))
+                                                       *systems), self.prompts.egeo_answers)
 
     async def rank(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
-                   calls: list[ModelCall] | None = None, step: str = "rank") -> int:
-        """1-based rank of the row's target among `candidates` (or as `shown`)."""
-        ordered = await self.ranking(row, candidates, calls, step)
-        return ordered.index(row.target_id) + 1
+                   calls: list[ModelCall] | None = None, step: str = "rank") -> Place:
+        """The place of the row's target among `candidates` (or as `shown`)."""
+        judged = await self.ranking(row, candidates, calls, step)
+        return place(judged, row.target_id)
 
     def ranking(self, row: GeoRow, candidates: tuple[Candidate, ...] | Shown,
                 calls: list[ModelCall] | None = None, step: str = "rank",
-                judge: Judge | None = None) -> Awaitable[list[str]]:
-        """The candidates' ids as the ranker (or `judge`) orders them, best first (the
-        `ask` itself, returned: no coroutine of its own on every rank)."""
+                judge: Judge | None = None) -> Awaitable[Judgement]:
+        """The candidates' ids as the ranker (or `judge`) orders them, best first, and with
+        E-GEO's answers those it flagged (the `ask` itself, returned: no coroutine of its
+        own on every rank)."""
         shown = candidates if isinstance(candidates, Shown) else self.shown(candidates)
         values = shown.values(row.query, row.query_id)
         ids = shown.ids
         system = judge.system_text if judge is not None and judge.system_text is not None else None
+        egeo = self.prompts.egeo_answers
+        context: dict[str, Any] = {"query": row.query, "candidates": candidate_dicts(shown.candidates)}
+        if egeo:  # the offline mock answers in E-GEO's shape too
+            context["answer"] = "egeo"
         return self.ask(
             "ranker",
             render(system if system is not None else self.prompts.ranker_system, values),
             render(self.prompts.ranker_user, values),
-            {"query": row.query, "candidates": candidate_dicts(shown.candidates)},
-            lambda text: parse_ranking(text, ids),
+            context,
+            functools.partial(parse_egeo_ranking if egeo else _judgement, candidate_ids=ids),
             calls,
             step,
             shown.schema,
@@ -363,7 +389,7 @@ class GeoEngine:
         self,
         row: GeoRow,
         prompts: PromptSet | None = None,
-        rank_before: Awaitable[int] | None = None,
+        rank_before: Awaitable[Place] | None = None,
         rewriter_model: str | None = None,
     ) -> GeoOutcome:
         """The whole experiment; anything that goes wrong becomes the outcome's error.
@@ -372,8 +398,8 @@ class GeoEngine:
         it, since it does not depend on the rewriter prompt; its calls are then not part
         of this row's transcript)."""
         started = time.perf_counter()
-        before: int | None = None
-        after: int | None = None
+        before: Place | None = None
+        after: Place | None = None
         rewritten: str | None = None
         error: str | None = None
         violations: tuple[str, ...] = ()
@@ -399,9 +425,23 @@ class GeoEngine:
         calls = (*before_calls, *rewrite_calls, *after_calls)
         if error is not None:  # copies: a call still in flight when its sibling failed must not change the record later
             calls = tuple(ModelCall(**c) for c in calls)
-        return GeoOutcome(row.query_id, row.target_id, before, after, rewritten, error,
+        before_rank, flagged_before = before if before is not None else (None, None)
+        after_rank, flagged_after = after if after is not None else (None, None)
+        return GeoOutcome(row.query_id, row.target_id, before_rank, after_rank, rewritten, error,
                           fact_violations=violations, calls=calls, not_run=not_run,
-                          seconds=time.perf_counter() - started)
+                          seconds=time.perf_counter() - started, flagged_before=flagged_before,
+                          flagged_after=flagged_after)
+
+
+def _judgement(text: str, candidate_ids: Sequence[str]) -> Judgement:
+    """The ordinary `{"ordered_ids": [...]}` answer, as a judgement without flags."""
+    return Judgement(parse_ranking(text, candidate_ids))
+
+
+def place(judged: Judgement, target_id: str) -> Place:
+    """The target's place in a judgement: its rank, and whether it was flagged."""
+    flagged = None if judged.flagged is None else target_id in judged.flagged
+    return Place(judged.order.index(target_id) + 1, flagged)
 
 
 async def together(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
@@ -559,7 +599,7 @@ async def run_variant(engine: GeoEngine, row: GeoRow, prompts: PromptSet, shared
     transcript, so every variant's row reads as a whole experiment."""
     before_calls: list[ModelCall] = []
 
-    async def before() -> int:
+    async def before() -> Place:
         rank, calls = await shared.rank(row, repeat, lambda: _ranked_before(engine, row))
         before_calls.extend(ModelCall(**c) for c in calls)
         return rank

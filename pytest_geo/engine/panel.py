@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow
-from pytest_geo.data.egeo_data import cached_order
+from pytest_geo.data.egeo_data import cached_flags, cached_order
 from pytest_geo.data.record import ModelCall
-from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, Shown, fact_violations, one_line
+from pytest_geo.engine.answers import Judgement
+from pytest_geo.engine.experiment import GeoEngine, GeoOutcome, Shown, fact_violations, one_line, place
 from pytest_geo.engine.judges import Judge
 from pytest_geo.engine.prompts import PromptSet
 from pytest_geo.engine.shared_rank import SharedRanks
 from pytest_geo.llm.base import ServerUnusable
 
-Order = tuple[tuple[str, ...], tuple[ModelCall, ...]]  # a judge's ranking of the originals, and its calls
+Order = tuple[Judgement, tuple[ModelCall, ...]]  # a judge's ranking of the originals, and its calls
 Before = Callable[[Judge], Awaitable[Order]]
 
 
@@ -38,6 +39,10 @@ class JudgeOutcome:
     error: str | None = None
     order_before: tuple[str, ...] = ()  # its ranking of the original candidates, best first
     not_run: bool = False  # its server was found unusable
+    # With E-GEO's answers: whether it listed the target as questionable; None: not known
+    # (the ordinary answer, or a cached before-ranking without the list).
+    flagged_before: bool | None = None
+    flagged_after: bool | None = None
 
     @property
     def rank_improvement(self) -> int | None:
@@ -46,9 +51,14 @@ class JudgeOutcome:
         return self.rank_before - self.rank_after
 
     def record(self) -> dict[str, Any]:
-        return {"rank_before": self.rank_before, "rank_after": self.rank_after,
+        cell = {"rank_before": self.rank_before, "rank_after": self.rank_after,
                 "rank_improvement": self.rank_improvement, "error": self.error,
                 "order_before": list(self.order_before)}
+        if self.flagged_before is not None:
+            cell["flagged_before"] = self.flagged_before
+        if self.flagged_after is not None:
+            cell["flagged_after"] = self.flagged_after
+        return cell
 
 
 def _mean(values: list[int]) -> float | None:
@@ -57,8 +67,8 @@ def _mean(values: list[int]) -> float | None:
 
 async def _ranked_before(engine: GeoEngine, row: GeoRow, judge: Judge) -> Order:
     calls: list[ModelCall] = []
-    order = await engine.ranking(row, row.candidates, calls, "rank_before", judge)
-    return tuple(order), tuple(calls)
+    judged = await engine.ranking(row, row.candidates, calls, "rank_before", judge)
+    return judged, tuple(calls)
 
 
 def shared_before(engine: GeoEngine, row: GeoRow, shared: SharedRanks, repeat: int = 0) -> Before:
@@ -112,16 +122,16 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
 
 
 async def _rank_before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Before | None,
-                       calls: list[ModelCall]) -> tuple[str, ...]:
+                       calls: list[ModelCall]) -> Judgement:
     cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
     if cached is not None:
-        return cached
+        return Judgement(list(cached), cached_flags(row, judge.name))
     order, made = await (_ranked_before(engine, row, judge) if before is None else before(judge))
     calls.extend(ModelCall(**c) for c in made)
     return order
 
 
-async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitable[tuple[str, ...]],
+async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitable[Judgement],
                   after_shown: Shown, calls: list[ModelCall]) -> JudgeOutcome:
     """One judge's cell once its rank_before and rank_after are in; either failing leaves it empty."""
     after = engine.ranking(row, after_shown, calls, "rank_after", judge)
@@ -131,10 +141,11 @@ async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitabl
             if not isinstance(result, Exception):
                 raise result
             return JudgeOutcome(judge.name, error=one_line(result), not_run=isinstance(result, ServerUnusable))
-    order, after_order = got
-    assert isinstance(order, tuple) and isinstance(after_order, list)
-    return JudgeOutcome(judge.name, order.index(row.target_id) + 1, after_order.index(row.target_id) + 1,
-                        order_before=order)
+    judged_before, judged_after = got
+    assert isinstance(judged_before, Judgement) and isinstance(judged_after, Judgement)
+    was, now = place(judged_before, row.target_id), place(judged_after, row.target_id)
+    return JudgeOutcome(judge.name, was.rank, now.rank, order_before=tuple(judged_before.order),
+                        flagged_before=was.flagged, flagged_after=now.flagged)
 
 
 def _panel_error(cells: list[JudgeOutcome]) -> tuple[str | None, bool]:

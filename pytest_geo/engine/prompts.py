@@ -10,8 +10,12 @@ from pytest_geo.templates import PromptError, from_egeo_format, placeholders, re
 
 # What each template may use, and what it must use to do its job.
 # {{candidates}} is the E-GEO harness's block format, {{candidates_json}} an indented JSON
-# array, {{candidates_jsonl}} one JSON object per line.
-CANDIDATE_VARS = frozenset({"candidates", "candidates_json", "candidates_jsonl"})
+# array, {{candidates_jsonl}} one JSON object per line, {{products}} the E-GEO benchmark's
+# numbered products (`[1] title`, then the description's lines).
+CANDIDATE_VARS = frozenset({"candidates", "candidates_json", "candidates_jsonl", "products"})
+# What a ranker template names to ask for E-GEO's answer, `{"ranking": [...],
+# "questionable_products": [...]}`, instead of `{"ordered_ids": [...]}`.
+EGEO_ANSWER_FIELD = "questionable_products"
 RANKER_VARS = frozenset({"query", "query_id", "n_candidates"}) | CANDIDATE_VARS
 REWRITER_VARS = frozenset({"query", "query_id", "id", "target_id", "title", "description"})
 # {{batch_summary}} and {{history}} as in the E-GEO harness's meta_optimizer_user.txt.
@@ -41,6 +45,12 @@ class PromptSet:
     rewriter_user: str
     meta_optimizer_system: str | None = None
     meta_optimizer_user: str | None = None
+
+    @property
+    def egeo_answers(self) -> bool:
+        """Whether the ranker is asked for E-GEO's answer (its templates name
+        `questionable_products`): the answer is then parsed, and its flags recorded, so."""
+        return EGEO_ANSWER_FIELD in self.ranker_system or EGEO_ANSWER_FIELD in self.ranker_user
 
     def with_rewriter_user(self, template: str) -> PromptSet:
         check_template("rewriter_user.txt", template, *TEMPLATES["rewriter_user.txt"])

@@ -13,12 +13,21 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pytest_geo.data.dataset import GeoRow, SourceKey
 from pytest_geo.data.record import ModelCall
 
-Ranked = tuple[int, tuple[ModelCall, ...]]  # the rank, and the calls that produced it
+
+class Place(NamedTuple):
+    """The target's place in a ranking: its rank (1-based), and whether the ranker listed
+    it as questionable (None: the ranker's answer has no such list)."""
+
+    rank: int
+    flagged: bool | None = None
+
+
+Ranked = tuple[Place, tuple[ModelCall, ...]]  # the target's place, and the calls that produced it
 R = TypeVar("R")
 
 

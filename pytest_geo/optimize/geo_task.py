@@ -13,6 +13,7 @@ from pytest_geo.data.dataset import GeoRow, iter_dataset, split_lines
 from pytest_geo.engine.experiment import GeoEngine
 from pytest_geo.engine.prompts import REWRITER_VARS, TEMPLATES
 from pytest_geo.engine.session import GeoSession
+from pytest_geo.engine.shared_rank import Place
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.optimize.run import (
     OptimizeOptions,
@@ -42,12 +43,12 @@ class GeoRewriterTask:
 
     def __init__(self, engine: GeoEngine) -> None:
         self.engine = engine
-        self._before: dict[str, asyncio.Task[int]] = {}
+        self._before: dict[str, asyncio.Task[Place]] = {}
 
     def check(self, template: str) -> None:
         self.engine.prompts.with_rewriter_user(template)
 
-    def _rank_before(self, example: Example) -> asyncio.Task[int]:
+    def _rank_before(self, example: Example) -> asyncio.Task[Place]:
         task = self._before.get(example.key)
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             row: GeoRow = example.row

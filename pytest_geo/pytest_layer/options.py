@@ -64,7 +64,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["endpoints"] = _endpoints(config)
     given["variants"], given["variant_models"] = variant_paths(config)
     given["judges"] = judge_list(config)
-    given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
+    given["egeo_data"] = _names_egeo_data(config)
+    given["query_blind"] = given["query_blind"] or given["egeo_data"]
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)
@@ -73,7 +74,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
 
 
 def _names_egeo_data(config: pytest.Config) -> bool:
-    """Whether the run names an E-GEO data file, whose rules make it query-blind."""
+    """Whether the run names an E-GEO data file, whose rules make it query-blind (and
+    whose ranker, with the packaged prompts, is E-GEO's)."""
     named = [*config.getoption("geo_dataset"), *map(str, config.getini("geo_datasets")), *config.args]
     return any(is_egeo_data(name.split("::")[0]) for name in named)
 

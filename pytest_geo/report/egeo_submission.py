@@ -36,13 +36,20 @@ def _mean_se(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": round(mean, 4), "se": round(se, 4)}
 
 
+def _questionable(cell: Mapping[str, Any]) -> str | None:
+    """Whether the judge flagged the rewritten target, as the leaderboard writes it
+    ("True"/"False"); None without E-GEO's answers."""
+    flagged = cell.get("flagged_after")
+    return str(flagged) if isinstance(flagged, bool) else None
+
+
 def _judged(record: RowRecord, judges: Mapping[str, str], ranker: str) -> dict[str, dict[str, Any]]:
-    """Per judge key: the row's improvement (None where that judge did not score it)."""
+    """Per judge key: the row's improvement (None where that judge did not score it) and flag."""
     cells = record.get("judges")
     if not cells:  # no panel: the ranker is the one judge
         return {judge_key(ranker): {"improvement": None if record.get("error") else record.get("rank_improvement"),
-                                    "questionable": None}}
-    return {judge_key(judges[name]): {"improvement": cell.get("rank_improvement"), "questionable": None}
+                                    "questionable": _questionable(record)}}
+    return {judge_key(judges[name]): {"improvement": cell.get("rank_improvement"), "questionable": _questionable(cell)}
             for name, cell in cells.items() if name in judges}
 
 

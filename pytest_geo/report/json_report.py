@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
-from pytest_geo.data.record import is_scored
+from pytest_geo.data.record import RowRecord, is_scored
 from pytest_geo.llm.usage import cost_json
+from pytest_geo.report.flags import flag_rates_by_suite, rates_json, red_team
 from pytest_geo.report.noise import noise_floors
 from pytest_geo.report.results import (
     REPORT_FORMAT_VERSION,
@@ -30,11 +31,10 @@ def build_report(results: Results) -> dict[str, Any]:
         "datasets": {name: statistics(s.summary, s.clean_scores, True)
                      for name, s in results.geo_suite_results().items()},
     }
-    floors = noise_floors(results.records)
-    for suite in report["suites"]:  # with --geo-repeats K >= 2: the judge's noise floor
-        floor = floors.get((suite["suite"], suite["split"]))
-        if floor is not None:
-            suite.update(floor.as_json())
+    _add_suite_extras(report["suites"], results.records)
+    teams = red_team(results.records)
+    if teams:
+        report["redteam"] = [team.as_json() for team in teams]
     comparisons = compare_variants(results.records, results.suites())
     if comparisons:
         report["variants"] = [c.as_json() for c in comparisons]
@@ -53,6 +53,20 @@ def build_report(results: Results) -> dict[str, Any]:
         report["baseline"] = {"path": results.baseline_path, "suites": [c.as_json() for c in results.comparisons()],
                               "differences": results.baseline_differences}
     return report
+
+
+def _add_suite_extras(suites: list[dict[str, Any]], records: list[RowRecord]) -> None:
+    """Each suite's noise floor (with --geo-repeats K >= 2) and, with E-GEO's answers,
+    how often the target was flagged."""
+    floors = noise_floors(records)
+    rates = flag_rates_by_suite(records)
+    for suite in suites:
+        floor = floors.get((suite["suite"], suite["split"]))
+        if floor is not None:
+            suite.update(floor.as_json())
+        found = rates.get((suite["suite"], suite["split"]))
+        if found is not None:
+            suite["flag_rates"] = rates_json(found)
 
 
 def _build_report(results: Results) -> dict[str, Any]:

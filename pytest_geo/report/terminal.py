@@ -9,6 +9,7 @@ from typing import Any
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.llm.usage import cost_line, usage_lines
 from pytest_geo.report.concurrency import stats_line
+from pytest_geo.report.flags import flag_rates_by_suite, rate_line, red_team
 from pytest_geo.report.noise import NoiseFloor, noise_floors
 from pytest_geo.report.numbers import format_ci, format_p
 from pytest_geo.report.results import (
@@ -46,7 +47,8 @@ def format_stats_line(summary: Summary, clean_scores: Iterable[float], errors: i
 def terminal_lines(results: Results, show_split: bool = False, written: Sequence[str] = ()) -> list[str]:
     """The GEO block, threshold verdicts, where the reports were `written`, then Kedi's
     `Evals:` block, last."""
-    return [*geo_block_lines(results), *comparison_lines(results, show_split), *fact_lines(results),
+    return [*geo_block_lines(results), *comparison_lines(results, show_split), *red_team_lines(results, show_split),
+            *fact_lines(results),
             *suite_error_lines(results), *partial_lines(results), *baseline_lines(results), *written,
             *evals_lines(results, show_split)]
 
@@ -55,6 +57,7 @@ def geo_block_lines(results: Results) -> list[str]:
     """Each GEO suite's metrics, statistics and judge noise, then all GEO rows together."""
     lines = []
     floors = noise_floors(results.records)
+    rates = flag_rates_by_suite(results.records)
     for name, suite in results.geo_suite_results().items():
         noise = floors.get((name, suite.split))
         lines += [format_geo_line(name, suite.summary, noise),
@@ -63,6 +66,8 @@ def geo_block_lines(results: Results) -> list[str]:
             lines.append(noise.summary())
         if suite.panel is not None:
             lines += suite.panel.lines(name)
+        if (suite.suite, suite.split) in rates:
+            lines.append(rate_line(rates[(suite.suite, suite.split)]))
     # Pooled over suites; not over variants, which score the same rows again.
     if len(results.geo_suites()) > 1 and not any("variant" in r for r in results.records):
         lines.append(format_geo_line("all GEO rows", results.geo_overall()))
@@ -82,6 +87,19 @@ def comparison_lines(results: Results, show_split: bool = False) -> list[str]:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         lines += sequential_lines(sequential_json(results.sequential, results.usage, items_run))
     return lines
+
+
+def flag_lines(results: Results) -> list[str]:
+    """`egeo`'s line per GEO suite whose rankers flagged: the flag rates (pytest prints
+    them in the GEO block)."""
+    rates = flag_rates_by_suite(results.records)
+    return [f"{name}:{rate_line(rates[(suite.suite, suite.split)])[1:]}"
+            for name, suite in results.geo_suite_results().items() if (suite.suite, suite.split) in rates]
+
+
+def red_team_lines(results: Results, show_split: bool = False) -> list[str]:
+    """Per packaged attack run as a variant: each judge's mean improvement and flag rate."""
+    return [line for team in red_team(results.records) for line in team.lines(show_split)]
 
 
 def suite_error_lines(results: Results) -> list[str]:
