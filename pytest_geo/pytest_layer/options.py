@@ -64,6 +64,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["variants"], given["variant_models"] = variant_paths(config)
     given["judges"] = judge_list(config)
     given["query_blind"] = given["query_blind"] or _names_egeo_data(config)
+    rewrites = config.getoption("geo_rewrites")
+    given["rewrites"] = config.invocation_params.dir / rewrites if rewrites else None
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)
