@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the E-GEO harness's result JSON on stdout, progress on stderr",
     )
     add_egeo_options(optimize, OPTIMIZE)
+    score = commands.add_parser(
+        "score", help="score the rewrites in --rewrites FILE (E-GEO's rewrites.jsonl) with the rankers only, "
+        "no rewriter call; otherwise as evaluate")
+    add_egeo_options(score, EVALUATE)
+    plan = commands.add_parser(
+        "plan", help="print what evaluate (or score) with the same flags would call and cost, calling no model")
+    add_egeo_options(plan, EVALUATE)
     merge = commands.add_parser(
         "merge", help="merge JSON reports of shards (--geo-shard K/N) into one report, as one run over all "
         "their rows; prints the metrics JSON")
@@ -110,6 +117,7 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
     # E-GEO's data comes with its rule (the rewriter never sees the query) and its ranker.
     given["egeo_data"] = is_egeo_data(getattr(args, "dataset", None) or "")
     given["query_blind"] = bool(given.get("query_blind")) or given["egeo_data"]
+    given["rewrites"] = Path(args.rewrites) if getattr(args, "rewrites", None) else None
     try:
         given["judges"] = judges_from(getattr(args, "judge", []), "--judge", Path.cwd())
     except ValueError as exc:
@@ -182,9 +190,10 @@ def _ready_cache(args: argparse.Namespace, settings: Settings) -> None:
 def _with_budget(args: argparse.Namespace, settings: Settings,
                  command: Callable[[argparse.Namespace, Settings], int]) -> int:
     """`command` under the run's budget (a ledger for its calls)."""
+    evaluating = args.command in (EVALUATE, "score")
     check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)", roles=("ranker", "rewriter", "optimizer") if args.command != EVALUATE
-                 else ("ranker", "rewriter"))
+                 "built-in table only)", roles=("ranker", "rewriter") if evaluating
+                 else ("ranker", "rewriter", "optimizer"))
     check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
         return command(args, settings)
@@ -213,6 +222,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         geo.engine  # noqa: B018 (built for its errors): a missing or broken prompt is one error before any row runs
         geo.variant_prompts  # noqa: B018 (a broken variant, or one changing the ranker's prompts, is an error)
+        geo.check_given([row for _, _, row in jobs])  # --rewrites: every row's, before any call
         _ready_cache(args, settings)
         print(args.reads, file=sys.stderr)  # the files the run reads, as pytest's header says them
         _run(geo, jobs, results, verbose=args.verbose)
@@ -368,6 +378,24 @@ def optimize_prompts(args: argparse.Namespace) -> int:
     return code or (1 if apply_refused(results[0]) else 0)
 
 
+def plan(args: argparse.Namespace) -> int:
+    """evaluate's rows through its pipeline with a client that sends nothing (engine/plan.py)."""
+    from pytest_geo.engine.plan import plan_lines, plan_run
+
+    project = find_config()
+    if args.dataset is None:
+        args.dataset, _ = project_dataset(project)
+    settings = _settings(args, project)
+    check_query_blind(settings)
+    jobs, problems = _jobs(args.dataset, settings)
+    for _, problem in problems:
+        print(problem, file=sys.stderr)
+    rows = [row for _, _, row in jobs]
+    result = plan_run(settings, rows)
+    print("\n".join(plan_lines(result, settings)))
+    return 0
+
+
 def merge(args: argparse.Namespace) -> int:
     from pytest_geo.report.merge import MergeError, merge_reports
 
@@ -390,15 +418,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_geo.optimize import OptimizeError
 
     args = build_parser().parse_args(argv)
+    if args.command == "score" and not args.rewrites:
+        build_parser().error("score needs --rewrites FILE (the rewrites to score)")
+    commands = {"evaluate": evaluate, "score": evaluate, "optimize": optimize_prompts,
+                "optimize-prompts": optimize_prompts, "plan": plan, "init": init, "merge": merge}
     try:
-        if args.command == "evaluate":
-            return evaluate(args)
-        if args.command in ("optimize", "optimize-prompts"):
-            return optimize_prompts(args)
-        if args.command == "init":
-            return init(args)
-        if args.command == "merge":
-            return merge(args)
+        if args.command in commands:
+            return commands[args.command](args)
     except ClientSetupError as exc:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2

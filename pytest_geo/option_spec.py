@@ -201,6 +201,13 @@ OPTIONS: tuple[Option, ...] = (
            "rewriter gives way to the simple style)", action="store_true", shown_default="on for E-GEO data files",
            ini="geo_query_blind", ini_type="bool", ini_help="the rewriter never sees the query (E-GEO's rule)",
            egeo="--query-blind", setting=True),
+    Option("--geo-rewrites", "score the rewrites in FILE (E-GEO's rewrites.jsonl, or a JSON array of its "
+           "objects) instead of making them: only the rankers are called. Every query of the run needs one, "
+           "with rand_idx its target's index and non-empty initial_product and optimized_product",
+           metavar="FILE", egeo="--rewrites"),
+    Option("--geo-plan", "print the run's plan and exit without calling a model: its calls, tokens and "
+           "worst-case dollars per role, judge and endpoint, and its wall time (egeo: the plan command)",
+           action="store_true", default=False),
     Option("--geo-cache-dir", "directory of the model-answer cache", metavar="DIR",
            shown_default="the pytest cache, <rootdir>/.pytest_cache/d/geo", ini="geo_cache_dir",
            ini_help="directory of the model-answer cache, relative to the rootdir", egeo="--cache-dir",

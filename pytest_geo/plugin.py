@@ -114,6 +114,8 @@ def pytest_configure(config: pytest.Config) -> None:
     known = {Path(a.split("::")[0]).resolve() for a in config.args}
     config.args.extend(str(p) for p in datasets if p not in known)
     _load_baseline(config)
+    if config.getoption("geo_plan") and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError("--geo-plan plans the run in one process: drop -n (xdist)")
     check_sequential(config)
     if not is_xdist_worker(config):
         check_report_paths(config)
@@ -255,16 +257,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if run is not None:
         session.config.stash[ITEMS] = session.items
         run.collected(session.items)
+    if session.config.getoption("geo_plan"):
+        print_plan(session)
     if any(isinstance(item, GeoRowItem) for item in session.items):
+        from pytest_geo.data.dataset import DatasetError
         from pytest_geo.templates import PromptError
 
         try:
             geo = geo_session_of(session.config)
             geo.engine  # noqa: B018 (built for its errors)
             geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
-        except PromptError as exc:
+            geo.check_given([item.row for item in session.items if isinstance(item, GeoRowItem)])
+        except (PromptError, DatasetError) as exc:
             stopped_at_start(session.config)
             raise pytest.UsageError(str(exc)) from None
+
+
+def print_plan(session: pytest.Session) -> None:
+    """--geo-plan: the selected rows' plan (engine/plan.py), then the run ends: no model is called."""
+    from pytest_geo.engine.plan import plan_lines, plan_run
+
+    settings = settings_of(session.config)
+    rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
+    lines = plan_lines(plan_run(settings, rows), settings)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+    pytest.exit("geo: plan printed (--geo-plan); no model was called", returncode=0)
 
 
 def _check_min_scores(config: pytest.Config, suites: set[str]) -> None:

@@ -147,6 +147,7 @@ class Settings:
     strict_facts: bool = False
     query_blind: bool = False  # the rewriter never sees the query (E-GEO's rule; engine/query_blind.py)
     egeo_data: bool = False  # the run names E-GEO data: the packaged prompts' ranker is E-GEO's (same module)
+    rewrites: Path | None = None  # --geo-rewrites: score these rewrites, no rewriter call (data/rewrites_file.py)
     repeats: int = 1
     limit: int | None = None  # the first N rows of each dataset
     sample: int | None = None  # N rows of each dataset drawn with the seed
@@ -198,6 +199,9 @@ def build_settings(given: Mapping[str, Any], models: Mapping[str, str | None] | 
         settings.timeout_given = True
     if local:
         settings.start_concurrency = LOCAL_START_CONCURRENCY
+    if settings.rewrites is not None and settings.variants:
+        raise SettingError("given rewrites (--geo-rewrites, egeo --rewrites) are one rewriter's: they do not "
+                           "combine with variants")
     return settings
 
 

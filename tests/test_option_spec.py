@@ -33,7 +33,7 @@ def pytest_help(pytestconfig: pytest.Config) -> str:
 def test_the_table_is_what_a_user_knows() -> None:
     """Spot checks in literal values: the flags, ini names and egeo flags users type."""
     by_name = {o.name: o for o in PYTEST_FLAGS}
-    assert len(PYTEST_FLAGS) == 43 and len(INI_NAMES) == 36
+    assert len(PYTEST_FLAGS) == 45 and len(INI_NAMES) == 36
     assert (by_name["--geo-seed"].ini, by_name["--geo-seed"].egeo, by_name["--geo-seed"].shown_default) == (
         "geo_seed", "--seed", "7")
     assert by_name["--geo-optimizer-model"].egeo == "--meta-model"
@@ -60,7 +60,7 @@ def test_every_ini_name_is_in_pytest_help(pytest_help: str, option: Option) -> N
 def test_every_egeo_flag_is_in_its_commands_help(capsys: pytest.CaptureFixture[str]) -> None:
     texts = {command: egeo_help(capsys, command) for command in ("evaluate", "optimize")}
     claimed = [(o.egeo, command) for o in OPTIONS if o.egeo for command in o.egeo_commands]
-    assert len(claimed) == 37 + 24
+    assert len(claimed) == 38 + 24
     for flag, command in claimed:
         assert f" {flag} " in texts[command], (flag, command)
     assert "[--sample N]" not in texts["optimize"] and "[--train PATH]" not in texts["evaluate"]
@@ -81,7 +81,7 @@ def test_options_markdown_lists_every_option() -> None:
     text = options_markdown()
     lines = text.splitlines()
     assert lines[0] == "| pytest flag | ini | environment | egeo flag | default | what it does |"
-    assert len(lines) == 2 + len(OPTIONS) == 55
+    assert len(lines) == 2 + len(OPTIONS) == 57
     for option in OPTIONS:
         assert any(f"`{option.name or option.egeo or option.ini}" in line for line in lines[2:]), option
     assert ("| `--geo-seed N` | `geo_seed` |  | `--seed` (evaluate, optimize) | 7 | seed for choosing a missing "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_geo.data.dataset import Candidate, GeoRow
 from pytest_geo.data.record import ModelCall, OutcomeFields
+from pytest_geo.data.rewrites_file import GivenRewrite
 from pytest_geo.engine.answer_schemas import egeo_ranking_schema, ranking_schema, rewrite_schema
 from pytest_geo.engine.answers import (
     Judgement,
@@ -181,6 +182,20 @@ CANDIDATE_FORMS: dict[str, tuple[Callable[[Candidate], str], Callable[[list[str]
 
 
 @dataclass(frozen=True)
+class GivenRewrites:
+    """Rewrites made elsewhere (data/rewrites_file.py), by query id, and their file."""
+
+    path: str
+    rewrites: Mapping[str, GivenRewrite]
+
+    def text_of(self, row: GeoRow) -> str:
+        given = self.rewrites.get(row.query_id or "")
+        if given is None:  # the front ends check every row first; a row's error if one slips by
+            raise ValueError(f"no rewrite of query {row.query_id} in {self.path}")
+        return given.text
+
+
+@dataclass(frozen=True)
 class Shown:
     """A row's candidates as the ranker is shown them: their ids, the answer's schema
     (made from the ids) and each candidate written as the templates show it (`written`:
@@ -235,6 +250,7 @@ class GeoEngine:
         cap_flag: str = "--geo-max-output-tokens",
         judges: Sequence[Judge] = (),
         reasoning_effort: str | None = None,
+        given: GivenRewrites | None = None,
     ) -> None:
         self.prompts = prompts
         self.client = client
@@ -246,6 +262,7 @@ class GeoEngine:
         self.reasoning_effort = reasoning_effort  # which models reason (they keep the default cap)
         self.cap_flag = cap_flag  # the flag that sets it, named when an answer is cut at it
         self.judges = tuple(judges)  # a panel (engine/panel.py); empty: the ranker alone
+        self.given = given  # --geo-rewrites: the rewrites to score; the rewriter is never called
 
     async def ask(
         self,
@@ -362,6 +379,8 @@ class GeoEngine:
 
     async def rewrite(self, row: GeoRow, prompts: PromptSet | None = None,
                       calls: list[ModelCall] | None = None, model: str | None = None) -> str:
+        if self.given is not None:
+            return self.given.text_of(row)
         prompts = prompts or self.prompts
         target = row.target
         values = {

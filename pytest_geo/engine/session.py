@@ -9,9 +9,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from pytest_geo.data.dataset import GeoRow, RowKey
+from pytest_geo.data.rewrites_file import check_rewrites, load_rewrites
 from pytest_geo.engine.experiment import (
     GeoEngine,
     GeoOutcome,
+    GivenRewrites,
     RepeatedOutcome,
     run_repeats,
     run_variant,
@@ -31,6 +33,13 @@ from pytest_geo.llm.usage import UsageTable
 from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 Outcome = GeoOutcome | RepeatedOutcome
+
+
+def given_rewrites(settings: Settings) -> GivenRewrites | None:
+    """The rewrites --geo-rewrites names, read (a RewritesError when malformed)."""
+    if settings.rewrites is None:
+        return None
+    return GivenRewrites(str(settings.rewrites), load_rewrites(settings.rewrites))
 
 
 class GeoSession:
@@ -64,7 +73,16 @@ class GeoSession:
         return GeoEngine(self.prompts, self.client, settings.models, settings.temperature,
                          strict_facts=settings.strict_facts, max_output_tokens=settings.max_output_tokens,
                          cap_flag=OUTPUT_CAP_FLAGS[settings.front_end], judges=load_judges(settings.judges),
-                         reasoning_effort=settings.reasoning_effort)
+                         reasoning_effort=settings.reasoning_effort, given=given_rewrites(settings))
+
+    def check_given(self, rows: Iterable[GeoRow]) -> None:
+        """With --geo-rewrites: E-GEO's rules for the run's rows (a RewritesError naming the
+        file and line), checked before any call; a rewrite naming a query the run lacks is
+        refused only when the run is every row (no limit, sample or shard)."""
+        given, settings = self.engine.given, self.settings
+        if given is not None:
+            whole = settings.limit is None and settings.sample is None and settings.shard is None
+            check_rewrites(given.path, given.rewrites, rows, every_row=whole)
 
     @functools.cached_property
     def variant_prompts(self) -> dict[str, PromptSet]:

@@ -66,6 +66,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
     given["judges"] = judge_list(config)
     given["egeo_data"] = _names_egeo_data(config)
     given["query_blind"] = given["query_blind"] or given["egeo_data"]
+    rewrites = config.getoption("geo_rewrites")
+    given["rewrites"] = config.invocation_params.dir / rewrites if rewrites else None
     models = {role: _pick(config, BY_KEY[f"{role}_model"]) for role in ROLES}
     try:
         return build_settings(given, models)

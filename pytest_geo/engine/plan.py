@@ -1,0 +1,135 @@
+"""A run's plan before any spending (`egeo plan`, `pytest --geo-plan`): the rows go
+through the run's own pipeline (judges, cached before-rankings, shared rank_before,
+variants, given rewrites) with a client that never sends anything; it answers as the
+offline mock does and notes every request. So the plan's calls are the run's calls
+(when every answer parses: a re-ask is a call more), its prompt tokens are estimated
+from the prompts as rendered, its output tokens are each call's output cap (the worst
+case) and its dollars, at list prices, an upper bound. The answer cache is not consulted:
+the plan is for a cold cache."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from pytest_geo.data.dataset import GeoRow
+from pytest_geo.engine.session import GeoSession
+from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.endpoints import EndpointError, resolve
+from pytest_geo.llm.mock import MockClient
+from pytest_geo.llm.prices import format_dollars, price_table
+from pytest_geo.llm.providers import ProviderError
+from pytest_geo.llm.stack import build_stack
+from pytest_geo.price import Price
+from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS, Settings
+
+CHARS_PER_TOKEN = 4  # English text in a BPE tokenizer, near enough for a plan
+MESSAGE_TOKENS = 4  # the chat format's tokens around each message
+SECONDS_PER_CALL = 5.0  # the plan's assumed latency of one call, for its wall time
+
+
+@dataclass
+class Line:
+    """The plan of one (role, model): its calls and their tokens."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0  # each call's output cap: the worst case
+
+
+@dataclass
+class Plan:
+    rows: int  # row runs (a row once per variant)
+    lines: dict[tuple[str, str], Line] = field(default_factory=dict)  # (role, model) -> its line
+
+    @property
+    def calls(self) -> int:
+        return sum(line.calls for line in self.lines.values())
+
+
+def estimated_tokens(request: ChatRequest) -> int:
+    return sum(MESSAGE_TOKENS + math.ceil(len(m.get("content", "")) / CHARS_PER_TOKEN) for m in request.messages)
+
+
+class PlanClient:
+    """Notes each request and answers it as the mock does; sends nothing."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.mock = MockClient()
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        line = self.plan.lines.setdefault((request.role, request.model), Line())
+        line.calls += 1
+        line.prompt_tokens += estimated_tokens(request)
+        line.output_tokens += request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
+        return await self.mock.complete(request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
+    """The plan of running `rows` with `settings`: the run's pipeline, its client replaced."""
+    plan = Plan(len(rows))
+    quiet = replace(settings, mock=True, use_cache=False, budget=None, budget_tokens=None, budget_ledger=None,
+                    batch=False, progress="off")
+    geo = GeoSession(quiet, build_stack(quiet, PlanClient(plan)))
+    try:
+        geo.schedule_many(rows)
+        for row in rows:
+            geo.outcome(row)
+    finally:
+        geo.close()
+    return plan
+
+
+def _endpoint(model: str, settings: Settings) -> tuple[str, str]:
+    """(the endpoint's name, the model name sent there)."""
+    try:
+        endpoint, sent = resolve(model, settings.endpoints)
+    except (EndpointError, ProviderError):
+        return "default", model
+    return (endpoint.name if endpoint is not None else "default"), sent
+
+
+def _price(model: str, prices: dict[str, Price]) -> Price | None:
+    """The model's list price; a provider's path (`openai/gpt-5`) is priced as its last part."""
+    return prices.get(model) or prices.get(model.rsplit("/", 1)[-1])
+
+
+def plan_lines(plan: Plan, settings: Settings) -> list[str]:
+    """The plan as the terminal shows it: a line per role and model, then the totals."""
+    prices = price_table(settings.prices)
+    judges = {j.model: j.name for j in settings.judges}
+    out = [f"geo plan: {plan.rows} rows, {plan.calls} model calls (no model was called)"]
+    total, unpriced = 0, []
+    for (role, model), line in sorted(plan.lines.items()):
+        endpoint, sent = _endpoint(model, settings)
+        price = _price(sent, prices)
+        cost = price.nanodollars(line.prompt_tokens, line.output_tokens, settings.batch) if price else None
+        total += cost or 0
+        if cost is None:
+            unpriced.append(model)
+        who = f"judge {judges[model]}" if role == "ranker" and model in judges else role
+        out.append(f"  {who} {model} (endpoint {endpoint}): {line.calls} calls, ~{line.prompt_tokens:,} prompt "
+                   f"tokens, <= {line.output_tokens:,} output tokens, "
+                   f"{format_dollars(cost) if cost is not None else 'no price'}")
+    out.append(f"  at most {format_dollars(total)} at list prices" + (" (Batch API: half price)" if settings.batch
+                                                                        else ""))
+    if unpriced:
+        out.append(f"  not priced (no list price known; the ini option geo_prices adds one): {', '.join(unpriced)}")
+    out.append(f"  wall time about {_wall(plan, settings)} at {_rows_in_flight(settings)} rows in flight and "
+               f"{SECONDS_PER_CALL:g} s a call")
+    return out
+
+
+def _rows_in_flight(settings: Settings) -> int:
+    return settings.concurrency or settings.max_concurrency
+
+
+def _wall(plan: Plan, settings: Settings) -> str:
+    """A row's calls run in two steps (rank_before beside the rewrite, then rank_after)."""
+    seconds = math.ceil(plan.rows / _rows_in_flight(settings)) * 2 * SECONDS_PER_CALL
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:g} s"

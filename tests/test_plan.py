@@ -1,0 +1,83 @@
+"""`egeo plan` and `pytest --geo-plan`: the run's calls, tokens, dollars and wall time,
+printed before anything is spent; no request reaches the server, and the planned calls
+are the run's."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI
+
+from conftest import DUMMY_KEY
+from pytest_geo.cli import main
+
+FIXTURE = Path(__file__).parent / "egeo_fixture"
+
+
+@pytest.fixture
+def egeo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    shutil.copytree(FIXTURE, tmp_path / "egeo")
+    return tmp_path
+
+
+def calls_in(line: str) -> int:
+    found = re.search(r": (\d+) calls", line)
+    assert found is not None, line
+    return int(found.group(1))
+
+
+@pytest.mark.e2e
+def test_egeo_plan_calls_nothing_and_counts_the_runs_calls(
+        egeo_dir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--dataset", "egeo/test_data.json", "--no-cache", "--base-url", fake_openai.url,
+             "--rewriter-model", "gpt-4.1", "--judge", "gpt5=gpt-5", "--judge", "other=gpt-4.1-mini",
+             "--variant", "competitive", "--variant", "faq"]
+    assert main(["plan", *flags]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert fake_openai.requests == []
+    assert out[0] == "geo plan: 40 rows, 140 model calls (no model was called)"
+    by_role = {line.split(" (")[0].strip(): calls_in(line) for line in out[1:4]}
+    # gpt5's before-rankings are cached: rank_after only, per variant; the other judge also
+    # ranks each row once before (shared by the variants); one rewrite per row and variant
+    assert by_role == {"judge gpt5 gpt-5": 40, "judge other gpt-4.1-mini": 60, "rewriter gpt-4.1": 40}
+    assert out[4].startswith("  at most $") and out[4].endswith(" at list prices")
+    assert out[5] == "  wall time about 10 s at 256 rows in flight and 5 s a call"
+    main(["evaluate", *flags])
+    assert len(fake_openai.requests) == 140  # the plan's count is the run's
+
+
+@pytest.mark.e2e
+def test_egeo_plan_prices_the_worst_case(egeo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Dollars: estimated prompt tokens at the input price and every output cap at the output price."""
+    main(["plan", "--dataset", "egeo/test_data.json", "--limit", "1", "--ranker-model", "gpt-4.1",
+          "--rewriter-model", "gpt-4.1", "--max-output-tokens", "100"])
+    out = capsys.readouterr().out.splitlines()
+    found = re.match(r"  ranker gpt-4\.1 \(endpoint default\): 2 calls, ~([\d,]+) prompt tokens, <= 200 output "
+                     r"tokens, \$([\d.]+)$", out[1])
+    assert found is not None, out
+    prompt = int(found.group(1).replace(",", ""))
+    assert float(found.group(2)) == pytest.approx((prompt * 2.00 + 200 * 8.00) / 1e6, rel=1e-3)
+
+
+@pytest.mark.plugin
+def test_pytest_geo_plan_exits_before_any_call(pytester: pytest.Pytester, fake_openai: FakeOpenAI,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-plan", "--geo-base-url",
+                                fake_openai.url, "--geo-judge", "gpt5=gpt-5", "-p", "no:cacheprovider",
+                                "-p", "no:xdist")
+    result.stdout.fnmatch_lines(["geo plan: 20 rows, 40 model calls (no model was called)",
+                                 "  judge gpt5 gpt-5 (endpoint default): 20 calls, *",
+                                 "*geo: plan printed (--geo-plan); no model was called*"])
+    assert result.ret == 0
+    assert fake_openai.requests == []
+    assert json.dumps(result.outlines).count("passed") == 0
