@@ -390,6 +390,27 @@ def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytest
                                  "  variants x judges (mean +/- stderr, n): a | b | c | panel"])
     html = (pytester.path / "r.html").read_text(encoding="utf-8")
     assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
+    # the header names every endpoint in use, the summary and JSON each one's usage; no key anywhere
+    result.stdout.fnmatch_lines(["geo: model judges a=ep1/m b=ep2/m c=ep3/m rewriter=gpt-4o-mini, server 127.0.0.1, "
+                                 "endpoint ep1 (127.0.0.1), endpoint ep2 (127.0.0.1), endpoint ep3 (127.0.0.1), "
+                                 "endpoint ep4 (127.0.0.1), prompts *"])
+    result.stdout.fnmatch_lines(["model usage by endpoint:", "  default: calls=3 cache_hits=0 *",
+                                 f"  ep1: calls={calls['ep1']} cache_hits=0 retries=0 errors=0 prompt_tokens=*",
+                                 "  ep2: *", "  ep3: *", "  ep4: calls=3 *"])
+    by_endpoint = {name: (u["calls"], u["prompt_tokens"] > 0) for name, u in data["endpoint_usage"].items()}
+    assert by_endpoint == {name: (n, True) for name, n in calls.items()}
+    assert data["endpoint_usage"]["ep4"]["prompt_tokens"] == four_servers["ep4"].billed["prompt_tokens"]
+    written = result.stdout.str() + (pytester.path / "r.json").read_text() + html
+    assert not any(f"sk-ep{i}" in written for i in range(1, 5))
+
+
+@pytest.mark.plugin
+def test_without_endpoints_usage_is_not_shown_per_endpoint(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-report", "r.json")
+    result.assert_outcomes(passed=1)
+    assert "model usage by endpoint" not in result.stdout.str() and "endpoint_usage" not in report(served_project)
+    result.stdout.fnmatch_lines(["geo: model judges a=m-a rewriter=gpt-4o-mini, server 127.0.0.1, prompts *"])
 
 
 @pytest.mark.e2e
