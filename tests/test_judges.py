@@ -444,3 +444,35 @@ def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_
     result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-variant", "x=keep.txt@house-rewriter")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no price for the variant x's rewriter model house-rewriter*"])
+
+
+@pytest.mark.e2e
+def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_it(
+        pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI]) -> None:
+    """--geo-batch: the default server and the `openai` endpoint (moved to a fake) offer the
+    Batch API, so their judges' calls go in batches; an endpoint of geo_endpoints does not,
+    so its judge is asked directly. Each row still makes J + 1 + J calls."""
+    GeoProject(pytester, four_servers["default"]).dataset(2)
+    pytester.makeini(f"[pytest]\ngeo_endpoints =\n    openai = {four_servers['ep1'].url} EP1_KEY\n"
+                     f"    ep2 = {four_servers['ep2'].url} EP2_KEY\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", four_servers["default"].url,
+        "--geo-judge", "a=m-a", "--geo-judge", "b=openai/m-b", "--geo-judge", "c=ep2/m-c",
+        "--geo-batch", "--geo-cache-dir", "cache", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+
+    def batched(server: FakeOpenAI) -> Counter[str]:
+        return Counter(str(line["body"]["model"]) for batch in server.batches.created  # type: ignore[index]
+                       for line in [json.loads(text) for text in server.batches.files[
+                           server.batches.batches[batch].input_file_id].splitlines()])
+
+    assert four_servers["default"].requests == [] and four_servers["ep1"].requests == []
+    assert batched(four_servers["default"]) == {"m-a": 4, "gpt-4o-mini": 2}
+    assert batched(four_servers["ep1"]) == {"m-b": 4}
+    assert four_servers["ep2"].batches.created == []
+    assert Counter(r["body"]["model"] for r in four_servers["ep2"].requests) == {"m-c": 4}
+    assert {r["headers"]["authorization"] for r in four_servers["ep2"].requests} == {"Bearer sk-ep2-22222222"}
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert {name: j["n"] for name, j in data["suites"][0]["judges"].items()} == {"a": 2, "b": 2, "c": 2}
+    assert {name: u["batch_calls"] for name, u in data["endpoint_usage"].items()} == {
+        "default": 6, "openai": 4, "ep2": 0}
