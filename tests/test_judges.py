@@ -414,12 +414,13 @@ def test_without_endpoints_usage_is_not_shown_per_endpoint(served_project: GeoPr
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
 def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
-                                                four_servers: dict[str, FakeOpenAI]) -> None:
+                                                four_servers: dict[str, FakeOpenAI], workers: str) -> None:
     panel_project(pytester, four_servers)
     four_servers["ep2"].always = "500"
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", "0", *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
         "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache")
     result.assert_outcomes(failed=6)
     result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge b: *"])
@@ -476,3 +477,29 @@ def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_
     assert {name: j["n"] for name, j in data["suites"][0]["judges"].items()} == {"a": 2, "b": 2, "c": 2}
     assert {name: u["batch_calls"] for name, u in data["endpoint_usage"].items()} == {
         "default": 6, "openai": 4, "ep2": 0}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_an_endpoint_that_goes_down_mid_run_fails_only_its_judges_later_rows(
+        pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI], workers: str) -> None:
+    """ep2 answers its first 3 calls, then fails every one: b's rows from then on fail
+    naming judge b and endpoint ep2; a and c score every row; no other judge is named."""
+    panel_project(pytester, four_servers)
+    GeoProject(pytester, four_servers["default"]).dataset(6)
+    down = four_servers["ep2"]
+    down.fault_for = lambda body: "500" if len(down.requests) > 3 else None
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache", "--geo-concurrency", "1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*rows.jsonl:*: error: judge b: *ep2*"])
+    assert "error: judge a" not in out and "error: judge c" not in out
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    for suite in data["suites"]:
+        assert {name: j["n"] for name, j in suite["judges"].items() if name != "b"} == {"a": 6, "c": 6}
+        assert 0 < suite["judges"]["b"]["n"] < 6
+    failed = [row for row in data["rows"] if row["judges"]["b"]["error"] is not None]
+    assert failed and all(row["judges"]["b"]["rank_improvement"] is None for row in failed)
+    assert all(row["judges"][name]["error"] is None for row in data["rows"] for name in ("a", "c"))
