@@ -184,7 +184,9 @@ def geo_header(config: pytest.Config) -> str:
         model = "model mock"
     else:
         host = base_url_host(settings.base_url or os.environ.get("OPENAI_BASE_URL")) or "api.openai.com"
-        model = f"model ranker={settings.models['ranker']} rewriter={settings.models['rewriter']}, server {host}"
+        rankers = " ".join(f"{j.name}={j.model}" for j in settings.judges)  # judges rank in the ranker's stead
+        ranker = f"judges {rankers}" if rankers else f"ranker={settings.models['ranker']}"
+        model = f"model {ranker} rewriter={settings.models['rewriter']}, server {host}"
         model += endpoints_named(settings)
     header = f"geo: {model}, prompts {describe_prompts(settings.prompts_dir)}, seed {settings.seed}"
     header += split_note(config)
@@ -198,14 +200,18 @@ def geo_header(config: pytest.Config) -> str:
 
 
 def endpoints_named(settings: Settings) -> str:
-    """`, endpoint NAME (host)` for each endpoint the ranker's and rewriter's models name."""
+    """`, endpoint NAME (host)` for each endpoint a model of the run names: the ranker's
+    (each judge's, with judges), the rewriter's and each variant's rewriter's (a user paying several
+    providers sees each one the run calls; never a key)."""
     from pytest_geo.llm.endpoints import EndpointError, describe, resolve
     from pytest_geo.llm.providers import ProviderError
 
+    rankers = [judge.model for judge in settings.judges] or [settings.models["ranker"]]
+    models = [*rankers, settings.models["rewriter"], *settings.variant_models.values()]
     named = []
-    for role in ("ranker", "rewriter"):
+    for model in models:
         try:
-            endpoint = resolve(settings.models[role], settings.endpoints)[0]
+            endpoint = resolve(model, settings.endpoints)[0]
         except (EndpointError, ProviderError):  # said when the run starts
             continue
         if endpoint is not None and describe(endpoint) not in named:
@@ -430,6 +436,7 @@ class GeoCollector:
             run.close()
         if is_xdist_worker(self.config):
             self.config.workeroutput["geo_usage"] = self.results.usage  # type: ignore[attr-defined]
+            self.config.workeroutput["geo_endpoint_usage"] = self.results.endpoint_usage  # type: ignore[attr-defined]
             self.config.workeroutput["geo_request_changes"] = self.results.request_changes  # type: ignore[attr-defined]
             self.config.workeroutput["geo_concurrency"] = self.results.concurrency  # type: ignore[attr-defined]
             return
@@ -469,6 +476,8 @@ class GeoXdistHooks:
         usage = output.get("geo_usage")
         if isinstance(usage, dict):
             merge_usage(self.results.usage, usage)
+        if isinstance(by_endpoint := output.get("geo_endpoint_usage"), dict):
+            merge_usage(self.results.endpoint_usage, by_endpoint)
         merge_lessons(self.results.request_changes, output.get("geo_request_changes"))
         concurrency = output.get("geo_concurrency")
         if isinstance(concurrency, dict):

@@ -388,15 +388,37 @@ def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytest
                                  "  variants x judges (mean +/- stderr, n): a | b | c | panel"])
     html = (pytester.path / "r.html").read_text(encoding="utf-8")
     assert "<h2>Judges</h2>" in html and "variants x judges: rows.jsonl [train]" in html
+    # the header names every endpoint in use, the summary and JSON each one's usage; no key anywhere
+    result.stdout.fnmatch_lines(["geo: model judges a=ep1/m b=ep2/m c=ep3/m rewriter=gpt-4o-mini, server 127.0.0.1, "
+                                 "endpoint ep1 (127.0.0.1), endpoint ep2 (127.0.0.1), endpoint ep3 (127.0.0.1), "
+                                 "endpoint ep4 (127.0.0.1), prompts *"])
+    result.stdout.fnmatch_lines(["model usage by endpoint:", "  default: calls=3 cache_hits=0 *",
+                                 f"  ep1: calls={calls['ep1']} cache_hits=0 retries=0 errors=0 prompt_tokens=*",
+                                 "  ep2: *", "  ep3: *", "  ep4: calls=3 *"])
+    by_endpoint = {name: (u["calls"], u["prompt_tokens"] > 0) for name, u in data["endpoint_usage"].items()}
+    assert by_endpoint == {name: (n, True) for name, n in calls.items()}
+    assert data["endpoint_usage"]["ep4"]["prompt_tokens"] == four_servers["ep4"].billed["prompt_tokens"]
+    written = result.stdout.str() + (pytester.path / "r.json").read_text() + html
+    assert not any(f"sk-ep{i}" in written for i in range(1, 5))
+
+
+@pytest.mark.plugin
+def test_without_endpoints_usage_is_not_shown_per_endpoint(served_project: GeoProject) -> None:
+    served_project.dataset(1)
+    result = served_project.run("rows.jsonl", "--geo-judge", "a=m-a", "--geo-report", "r.json")
+    result.assert_outcomes(passed=1)
+    assert "model usage by endpoint" not in result.stdout.str() and "endpoint_usage" not in report(served_project)
+    result.stdout.fnmatch_lines(["geo: model judges a=m-a rewriter=gpt-4o-mini, server 127.0.0.1, prompts *"])
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
 def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
-                                                four_servers: dict[str, FakeOpenAI]) -> None:
+                                                four_servers: dict[str, FakeOpenAI], workers: str) -> None:
     panel_project(pytester, four_servers)
     four_servers["ep2"].always = "500"
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", "0", *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
         "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache")
     result.assert_outcomes(failed=6)
     result.stdout.fnmatch_lines(["*rows.jsonl:1: error: judge b: *"])
@@ -421,3 +443,63 @@ def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_
     result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-variant", "x=keep.txt@house-rewriter")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no price for the variant x's rewriter model house-rewriter*"])
+
+
+@pytest.mark.e2e
+def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_it(
+        pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI]) -> None:
+    """--geo-batch: the default server and the `openai` endpoint (moved to a fake) offer the
+    Batch API, so their judges' calls go in batches; an endpoint of geo_endpoints does not,
+    so its judge is asked directly. Each row still makes J + 1 + J calls."""
+    GeoProject(pytester, four_servers["default"]).dataset(2)
+    pytester.makeini(f"[pytest]\ngeo_endpoints =\n    openai = {four_servers['ep1'].url} EP1_KEY\n"
+                     f"    ep2 = {four_servers['ep2'].url} EP2_KEY\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", four_servers["default"].url,
+        "--geo-judge", "a=m-a", "--geo-judge", "b=openai/m-b", "--geo-judge", "c=ep2/m-c",
+        "--geo-batch", "--geo-cache-dir", "cache", "--geo-report", "r.json")
+    result.assert_outcomes(passed=2)
+
+    def batched(server: FakeOpenAI) -> Counter[str]:
+        return Counter(str(line["body"]["model"]) for batch in server.batches.created  # type: ignore[index]
+                       for line in [json.loads(text) for text in server.batches.files[
+                           server.batches.batches[batch].input_file_id].splitlines()])
+
+    assert four_servers["default"].requests == [] and four_servers["ep1"].requests == []
+    assert batched(four_servers["default"]) == {"m-a": 4, "gpt-4o-mini": 2}
+    assert batched(four_servers["ep1"]) == {"m-b": 4}
+    assert four_servers["ep2"].batches.created == []
+    assert Counter(r["body"]["model"] for r in four_servers["ep2"].requests) == {"m-c": 4}
+    assert {r["headers"]["authorization"] for r in four_servers["ep2"].requests} == {"Bearer sk-ep2-22222222"}
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert {name: j["n"] for name, j in data["suites"][0]["judges"].items()} == {"a": 2, "b": 2, "c": 2}
+    assert {name: u["batch_calls"] for name, u in data["endpoint_usage"].items()} == {
+        "default": 6, "openai": 4, "ep2": 0}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_an_endpoint_that_goes_down_mid_run_fails_only_its_judges_later_rows(
+        pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI], workers: str) -> None:
+    """ep2 answers its first 3 calls, then fails every one: b's rows from then on fail
+    naming judge b and endpoint ep2; a and c score every row; no other judge is named."""
+    panel_project(pytester, four_servers)
+    GeoProject(pytester, four_servers["default"]).dataset(6)
+    down = four_servers["ep2"]
+    down.fault_for = lambda body: "500" if len(down.requests) > 3 else None
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
+        "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache", "--geo-concurrency", "1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*rows.jsonl:*: error: judge b: *ep2*"])
+    assert "error: judge a" not in out and "error: judge c" not in out
+    data = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    for suite in data["suites"]:
+        assert {name: j["n"] for name, j in suite["judges"].items() if name != "b"} == {"a": 6, "c": 6}
+        assert suite["judges"]["b"]["n"] < 6
+    # b's 3 answered calls score at least one cell: which variant's depends on the workers' order
+    assert sum(suite["judges"]["b"]["n"] for suite in data["suites"]) > 0
+    failed = [row for row in data["rows"] if row["judges"]["b"]["error"] is not None]
+    assert failed and all(row["judges"]["b"]["rank_improvement"] is None for row in failed)
+    assert all(row["judges"][name]["error"] is None for row in data["rows"] for name in ("a", "c"))

@@ -29,7 +29,7 @@ from pytest_geo.engine.variants import load_variants
 from pytest_geo.llm.adaptive import ConcurrencyStats
 from pytest_geo.llm.base import ChatClient
 from pytest_geo.llm.stack import ClientStack, build_stack
-from pytest_geo.llm.usage import UsageTable
+from pytest_geo.llm.usage import UsageTable, summed
 from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
 
 Outcome = GeoOutcome | RepeatedOutcome
@@ -193,6 +193,10 @@ class GeoSession:
     def usage_table(self) -> UsageTable:
         """Model usage per role, over every endpoint. Read it after `close`."""
         return self.stack.usage_table()
+
+    def endpoint_usage(self) -> UsageTable:
+        """Model usage of each endpoint called, over its roles. Read it after `close`."""
+        return {name: summed(table) for name, table in self.stack.usage_by_endpoint().items()}
 
     def usage_by_endpoint(self) -> dict[str, UsageTable]:
         """Model usage per role of each endpoint called (`default`: the default server)."""

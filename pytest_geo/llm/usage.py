@@ -51,6 +51,20 @@ def merge_usage(total: UsageTable, other: Mapping[str, Mapping[str, int]]) -> Us
     return total
 
 
+def summed(table: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """The counts of every role in `table` added up (an endpoint's usage over its roles)."""
+    total = empty_counts()
+    for counts in table.values():
+        merge_usage({"all": total}, {"all": counts})
+    return total
+
+
+def endpoints_named(endpoint_usage: Mapping[str, object]) -> bool:
+    """A model named an endpoint, so usage is shown per endpoint too (else it all went
+    to the default server, and the usage per role says everything)."""
+    return any(name != "default" for name in endpoint_usage)
+
+
 def is_priced(counts: Mapping[str, int]) -> bool:
     """Every answer of the role had a price and reported its usage (a role with no
     answers costs nothing)."""

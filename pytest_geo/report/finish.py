@@ -18,6 +18,7 @@ def take_counts(results: Results, geo: GeoSession) -> None:
     """The closed engine's model usage, concurrency and request changes, added to what
     `results` holds (under xdist, each worker's add up on the controller)."""
     merge_usage(results.usage, geo.usage_table())
+    merge_usage(results.endpoint_usage, geo.endpoint_usage())
     if (stats := geo.concurrency_told()) is not None:
         results.concurrency = merge_stats(results.concurrency, stats)
     merge_lessons(results.request_changes, geo.request_changes())

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
 from pytest_geo.data.record import RowRecord, is_scored
-from pytest_geo.llm.usage import cost_json
+from pytest_geo.llm.usage import cost_json, endpoints_named
 from pytest_geo.report.flags import flag_rates_by_suite, rates_json, red_team
 from pytest_geo.report.noise import noise_floors
 from pytest_geo.report.results import (
@@ -44,6 +44,8 @@ def build_report(results: Results) -> dict[str, Any]:
         report["concurrency"] = results.concurrency
     if results.request_changes:
         report["request_changes"] = results.request_changes
+    if endpoints_named(results.endpoint_usage):
+        report["endpoint_usage"] = results.endpoint_usage
     if results.sequential is not None:
         items_run = sum(1 for r in results.records if r["kind"] == "geo")
         report["sequential"] = sequential_json(results.sequential, results.usage, items_run)

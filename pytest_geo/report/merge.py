@@ -82,5 +82,6 @@ def merge_reports(paths: Sequence[Path]) -> Results:
             seen[nodeid] = path
             results.add(cast(RowRecord, with_transcript(record, calls.get(nodeid))))
         merge_usage(results.usage, report.get("usage") or {})
+        merge_usage(results.endpoint_usage, report.get("endpoint_usage") or {})
     results.selected = set(seen)
     return results

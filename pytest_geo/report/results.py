@@ -142,6 +142,9 @@ class Results:
     records: list[RowRecord] = field(default_factory=list)
     min_scores: dict[str, float] = field(default_factory=dict)
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # role -> counts (llm/usage.py)
+    # endpoint -> counts over its roles (`default`: the default server); shown once a
+    # model names an endpoint, so a user paying several providers sees each one's share
+    endpoint_usage: dict[str, dict[str, int]] = field(default_factory=dict)
     concurrency: dict[str, Any] | None = None  # reached and 429s seen (llm/adaptive.py)
     # What servers refused and how requests changed, once per model and parameter (llm/healing.py)
     request_changes: list[dict[str, Any]] = field(default_factory=list)

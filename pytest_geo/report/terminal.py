@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_geo.data.record import GEO_METRIC
-from pytest_geo.llm.usage import cost_line, usage_lines
+from pytest_geo.llm.usage import cost_line, endpoints_named, usage_lines
 from pytest_geo.report.concurrency import stats_line
 from pytest_geo.report.flags import flag_rates_by_suite, rate_line, red_team
 from pytest_geo.report.noise import NoiseFloor, noise_floors
@@ -139,6 +139,8 @@ def run_notes(results: Results, mock: bool, price_option: str = "the ini option 
         lines += ["model usage:", *(f"  {line}" for line in usage_lines(results.usage))]
         if not mock:
             lines.append(cost_line(results.usage, price_option=price_option))
+    if endpoints_named(results.endpoint_usage):
+        lines += ["model usage by endpoint:", *(f"  {line}" for line in usage_lines(results.endpoint_usage))]
     lines += request_change_lines(results.request_changes)
     if results.budget is not None:
         lines.append(results.budget.line())
