@@ -178,6 +178,9 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=8, help="the in-flight cap case's requests in flight")
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--cases", default="headers,retry-after,in-flight cap", help="limited cases to run")
+    parser.add_argument("--sliding", type=lambda t: [float(x) for x in t.split(",") if x], default=[20.0, 100.0, 500.0],
+                        help="rates R of the sliding-window cases (at most R requests in any second, 429s "
+                             "with `Retry-After: 0.2` and no rate headers); empty: none")
     parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency run once beside auto (0: none)")
     parser.add_argument("--unlimited-rows", type=int, default=400, help="rows of the no-limit comparison (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="unlimited runs of each; the medians count")
@@ -190,7 +193,10 @@ def main() -> None:
              Case("retry-after", [*limits, *retry_after], args.rate, [], []),
              Case("in-flight cap", ["--max-in-flight", str(args.cap), *retry_after], args.cap / args.latency, [], [],
                   args.cap)]
-    cases = [c for c in every if c.name in args.cases.split(",")]
+    every += [Case(f"sliding R={r:g}", ["--rate", str(r), "--max-in-flight", str(args.max_in_flight), *retry_after,
+                                        "--window", "sliding", "--retry-after", "0.2"], r, [], [])
+              for r in args.sliding]
+    cases = [c for c in every if c.name in args.cases.split(",") or c.name.startswith("sliding")]
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         batch = kettle_rows(args.calls // CALLS_PER_ROW, Path(tmp))

@@ -107,12 +107,18 @@ class RateLimit:
     """A token bucket of `rate` requests per second (capacity: one second's worth) and a
     cap on requests in flight. `admit` decides one request under the server's lock."""
 
-    def __init__(self, rate: float, max_in_flight: int, headers: str = "openai") -> None:
+    def __init__(self, rate: float, max_in_flight: int, headers: str = "openai", window: str = "bucket",
+                 retry_after: str | None = None) -> None:
         assert headers in ("openai", "retry-after"), headers
+        assert window in ("bucket", "sliding"), window
         assert math.isfinite(rate) or headers == "retry-after", "rate headers need a finite rate"
         self.rate = rate  # math.inf: no rate, only the cap on requests in flight
         self.max_in_flight = max_in_flight
         self.headers = headers
+        # "sliding": at most `rate` admissions in any one-second window (no burst beyond it)
+        self.window = window
+        self.retry_after = retry_after  # a fixed Retry-After for every 429 ("0.2"), else computed
+        self.admitted_at: deque[float] = deque()
         self.tokens = rate
         self.stamp = time.monotonic()
         self.refused = 0
@@ -132,17 +138,25 @@ class RateLimit:
     def admit(self) -> tuple[bool, dict[str, str]]:
         """(admitted, headers to send); an admitted request is counted in flight until `answered`."""
         now = time.monotonic()
-        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        if self.window == "sliding":
+            while self.admitted_at and self.admitted_at[0] <= now - 1.0:
+                self.admitted_at.popleft()
+            self.tokens = self.rate - len(self.admitted_at)
+        else:
+            self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
         admitted = self.admitted_in_flight < self.max_in_flight and self.tokens >= 1
         if admitted:
             self.tokens -= 1
+            self.admitted_at.append(now)
             self._count(1)
         else:
             self.refused += 1
         wait = max(0.0, (1 - self.tokens) / self.rate) if self.tokens < 1 else 0.0
         if self.headers == "retry-after":  # whole seconds: the HTTP header's unit
-            return admitted, {} if admitted else {"Retry-After": str(max(1, math.ceil(wait)))}
+            if admitted:
+                return admitted, {}
+            return admitted, {"Retry-After": self.retry_after or str(max(1, math.ceil(wait)))}
         headers = {
             "x-ratelimit-limit-requests": str(int(self.rate)),
             "x-ratelimit-remaining-requests": str(int(self.tokens)),
@@ -812,12 +826,15 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=None,
                         help="rate-limit mode: requests in flight (alone: no rate, only this cap)")
     parser.add_argument("--rate-headers", choices=("openai", "retry-after"), default="openai")
+    parser.add_argument("--window", choices=("bucket", "sliding"), default="bucket",
+                        help="rate-limit mode: a token bucket, or at most R in any one-second window")
+    parser.add_argument("--retry-after", default=None, help="rate-limit mode: every 429's Retry-After")
     args = parser.parse_args()
     server = FakeOpenAI(latency=args.latency)
     if args.rate is not None or args.max_in_flight is not None:
         rate = math.inf if args.rate is None else args.rate
         in_flight = 10**9 if args.max_in_flight is None else args.max_in_flight
-        server.rate_limit = RateLimit(rate, in_flight, args.rate_headers)
+        server.rate_limit = RateLimit(rate, in_flight, args.rate_headers, args.window, args.retry_after)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

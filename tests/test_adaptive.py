@@ -320,6 +320,36 @@ def test_429s_tell_a_cap_on_requests_in_flight_from_a_rate() -> None:
     assert asyncio.run(scenario()) == [(9, 4), (8, 4), (8, 1)]
 
 
+@pytest.mark.unit
+def test_refused_again_as_a_rates_pause_ends_is_the_same_rate_not_a_cap() -> None:
+    """A sliding window's `Retry-After: 1` undersells: its old admissions age out later.
+    A cap's episode (10 out: ceiling 9), then a rate's (8 out, within 9): 400 successes
+    in the 4 s since, 100/s, 10 requests at 0.1 s a call. Refused again 0.05 s after
+    that pause, with 5 out: still the rate, so the ceiling stays 9 (not 4) and no rate
+    is learned from the 5 successes of the 1.05 s between (4.8/s, 1 request)."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[int | None, int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 10)
+        clock.now = 101.2  # after the pause: the resume grows back to the ceiling
+        for _ in range(400):
+            controller.observe(200, {})
+        clock.now = 104.0
+        _refused_with(controller, 8)
+        await asyncio.sleep(0.15)  # the rate is learned a latency later
+        clock.now = 104.2
+        for _ in range(5):
+            controller.observe(200, {})
+        clock.now = 105.05
+        _refused_with(controller, 5)
+        await asyncio.sleep(0.15)
+        return controller.ceiling, controller.request_cap
+
+    assert asyncio.run(scenario()) == (9, 9)
+
+
 def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
     loop); the wait it hands the refused request is dropped."""

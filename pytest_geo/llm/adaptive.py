@@ -307,11 +307,14 @@ class AdaptiveConcurrency:
             resuming = self._latency is not None and now < self._episode_end + self._latency
             self._episode_end = now + pause
             self._episode_sent, self._episode_refused = in_flight, 0
+            # Refused again as a rate's pause ends: the same budget, still spent (a sliding
+            # window's Retry-After undersells when its old admissions age out), not a cap.
             self._rate_episode = in_flight <= 1 or (
-                not resuming and self._tested is not None and in_flight <= self._tested)
+                (not resuming or self._rate_episode) and self._tested is not None and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
-            self._learn_granted_rate(learn=self._rate_episode)
+            if not (resuming and self._rate_episode):  # a rate still spent: no refill measured since
+                self._learn_granted_rate(learn=self._rate_episode)
         self._episode_refused += 1
         first = self._episode_refused == 1
         if first:
