@@ -99,7 +99,8 @@ def test_a_gateway_page_as_every_answer_stops_the_run_naming_the_role(served_pro
     report = json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
     errors = sum(role["errors"] for role in report["usage"].values())
     calls = sum(role["calls"] for role in report["usage"].values())
-    assert 8 <= errors <= calls <= len(served_project.server.requests)  # the rest: cancelled with their row
+    # the rest: cancelled with their row (a call cancelled as it was sent may count, unseen by the server)
+    assert 8 <= errors <= calls and errors <= len(served_project.server.requests)
     assert report["complete"] is False
 
 
