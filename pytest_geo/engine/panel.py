@@ -140,12 +140,18 @@ async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitabl
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result
-            return JudgeOutcome(judge.name, error=one_line(result), not_run=isinstance(result, ServerUnusable))
+            return JudgeOutcome(judge.name, error=_naming_model(one_line(result), judge),
+                                not_run=isinstance(result, ServerUnusable))
     judged_before, judged_after = got
     assert isinstance(judged_before, Judgement) and isinstance(judged_after, Judgement)
     was, now = place(judged_before, row.target_id), place(judged_after, row.target_id)
     return JudgeOutcome(judge.name, was.rank, now.rank, order_before=tuple(judged_before.order),
                         flagged_before=was.flagged, flagged_after=now.flagged)
+
+
+def _naming_model(error: str, judge: Judge) -> str:
+    """The error saying which model (and so which endpoint, `ep2/m`) the judge asked."""
+    return error if judge.model in error else f"{error} (model {judge.model})"
 
 
 def _panel_error(cells: list[JudgeOutcome]) -> tuple[str | None, bool]:
