@@ -26,9 +26,11 @@ from pytest_geo.llm.budget import BudgetError, budget_status, check_budget
 from pytest_geo.llm.cache import make_ignored_pytest_cache
 from pytest_geo.llm.factory import EGEO_FLAGS, ClientSetupError
 from pytest_geo.llm.ledger import BudgetLimits, Ledger
+from pytest_geo.llm.prices import PriceError, parse_price_lines
 from pytest_geo.local_server import placeholder_key_host
 from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
+from pytest_geo.price import Price
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
 from pytest_geo.report.egeo_submission import write_submission
 from pytest_geo.report.finish import take_counts
@@ -112,6 +114,7 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
         "cache_dir": cache_dir.resolve() if cache_dir is not None else None,
         "use_cache": cache_dir is not None and not args.no_cache,
         "endpoints": {endpoint.name: endpoint for endpoint in args.endpoint},
+        "prices": _prices(project),
     }
     given["variants"], given["variant_models"] = _variants(getattr(args, "variant", []))
     # E-GEO's data comes with its rule (the rewriter never sees the query) and its ranker.
@@ -124,6 +127,16 @@ def _settings(args: argparse.Namespace, project: ProjectConfig | None = None) ->
         build_parser().error(str(exc))
     models = {role: getattr(args, f"{role}_model", None) for role in ROLES}
     return build_settings(given, models)
+
+
+def _prices(project: ProjectConfig | None) -> dict[str, Price]:
+    """The project's geo_prices lines (pytest's ini option), read as the plugin reads them."""
+    if project is None:
+        return {}
+    try:
+        return parse_price_lines(project.lines("geo_prices"))
+    except PriceError as exc:
+        raise SettingError(f"{project.path}: ini option geo_prices: {exc}") from None
 
 
 def _cache_dir(args: argparse.Namespace) -> Path:
@@ -191,8 +204,8 @@ def _with_budget(args: argparse.Namespace, settings: Settings,
                  command: Callable[[argparse.Namespace, Settings], int]) -> int:
     """`command` under the run's budget (a ledger for its calls)."""
     evaluating = args.command in (EVALUATE, "score")
-    check_budget(settings, ("--budget", "--budget-tokens"), "pytest's ini option geo_prices (egeo reads the "
-                 "built-in table only)", roles=("ranker", "rewriter") if evaluating
+    check_budget(settings, ("--budget", "--budget-tokens"), "the ini option geo_prices in the project's "
+                 "pytest configuration", roles=("ranker", "rewriter") if evaluating
                  else ("ranker", "rewriter", "optimizer"))
     check_query_blind(settings)
     if not BudgetLimits.of(settings).active:
@@ -373,7 +386,7 @@ def optimize_prompts(args: argparse.Namespace) -> int:
         status = budget_status(settings)
         return 1 if status is not None and status.reached is not None else 0  # stopped short: the search was cut
 
-    code = _with_budget(args, _settings(args), run)
+    code = _with_budget(args, _settings(args, find_config()), run)
     print(json.dumps(results[0], indent=2, sort_keys=True))  # as the harness prints it
     return code or (1 if apply_refused(results[0]) else 0)
 

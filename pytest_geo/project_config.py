@@ -1,7 +1,7 @@
 """What `egeo evaluate` reads from the project's pytest configuration when its flags do
-not say: the prompts directory (`geo_prompts`) and the GEO dataset (`geo_datasets`, else
-the one dataset the project's YAML suites score by rank improvement), so the command
-runs in a project made by `egeo init` as pytest does.
+not say: the prompts directory (`geo_prompts`), the GEO dataset (`geo_datasets`, else
+the one dataset the project's YAML suites score by rank improvement) and the model prices
+(`geo_prices`), so the command runs in a project made by `egeo init` as pytest does.
 
 The configuration file is found as pytest finds it: the first of pytest.ini,
 pyproject.toml ([tool.pytest.ini_options]), tox.ini ([pytest]) and setup.cfg
@@ -38,6 +38,12 @@ class ProjectConfig:
         """An ini value as its words (an ini's `args` and `paths` are whitespace-separated)."""
         value = self.values.get(name, [])
         return value.split() if isinstance(value, str) else [str(v) for v in value]
+
+    def lines(self, name: str) -> list[str]:
+        """A `linelist` ini value as its non-blank lines (as pytest reads one)."""
+        value = self.values.get(name, [])
+        found = value.splitlines() if isinstance(value, str) else [str(v) for v in value]
+        return [line.strip() for line in found if line.strip()]
 
 
 def find_config(start: Path | None = None) -> ProjectConfig:

@@ -291,9 +291,30 @@ def test_egeo_refuses_a_dollar_budget_without_a_price(tmp_path: Path, monkeypatc
     assert code == 2
     assert capsys.readouterr().err == (
         "egeo: error: --budget: no price for the ranker model llama-local, so its calls cannot be held to a budget "
-        "in dollars: add it to pytest's ini option geo_prices (egeo reads the built-in table only), or bound tokens "
+        "in dollars: add it to the ini option geo_prices in the project's pytest configuration, or bound tokens "
         "with --budget-tokens N\n")
     assert fake_openai.requests == []
+
+
+@pytest.mark.e2e
+def test_egeo_reads_geo_prices_from_the_projects_pytest_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The project's geo_prices prices egeo's models as the plugin's: a budget runs, the cost is shown."""
+    egeo_workdir(tmp_path, monkeypatch, rows=2)
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngeo_prices =\n    llama-local = 1.00, 2.00\n",
+                                         encoding="utf-8")
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--ranker-model", "llama-local", "--rewriter-model", "llama-local", "--budget", "1"])
+    assert code == 0
+    assert len(fake_openai.requests) == 6
+    err = capsys.readouterr().err
+    assert "cost: $" in err and "no price" not in err
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngeo_prices =\n    llama-local = cheap\n", encoding="utf-8")
+    assert main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
+                 "--ranker-model", "llama-local"]) == 2
+    assert "pytest.ini: ini option geo_prices: " in capsys.readouterr().err
+    assert len(fake_openai.requests) == 6
 
 
 @pytest.mark.unit
