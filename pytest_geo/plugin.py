@@ -446,7 +446,8 @@ class GeoCollector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None, None, None]:
         """Outermost, so the `Evals:` block comes after pytest's own short summary."""
         yield
-        terminal_summary(self.config, self.results, terminalreporter)
+        if not self.config.getoption("geo_plan"):  # a plan ran nothing: no evaluation to sum up
+            terminal_summary(self.config, self.results, terminalreporter)
 
 
 class GeoXdistHooks:

@@ -81,3 +81,53 @@ def test_pytest_geo_plan_exits_before_any_call(pytester: pytest.Pytester, fake_o
     assert result.ret == 0
     assert fake_openai.requests == []
     assert json.dumps(result.outlines).count("passed") == 0
+    assert "partial run" not in result.stdout.str() and "pytest-geo evaluation" not in result.stdout.str()
+
+
+def plan_line(lines: list[str], who: str) -> re.Match[str]:
+    for line in lines:
+        found = re.match(rf"  {who} .*: (\d+) calls, ~([\d,]+) prompt tokens(?: \(([\d,]+) cached\))?, "
+                         r"<= ([\d,]+) output tokens, \$([\d.]+)(, Batch API)?$", line)
+        if found is not None:
+            return found
+    raise AssertionError(f"no plan line for {who}: {lines}")
+
+
+def number(text: str | None) -> int:
+    return int((text or "0").replace(",", ""))
+
+
+@pytest.mark.plugin
+def test_plan_prices_long_system_prompts_as_cached_and_batches_only_where_offered(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge's long system prompt sent again is priced at its cached-input price (the
+    provider's prompt cache serves it); a short one is not cached; --geo-batch halves only
+    the calls to an endpoint offering the Batch API (OpenAI's), not OpenRouter's."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    monkeypatch.setenv("OPENROUTER_API_KEY", DUMMY_KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    (pytester.path / "long.txt").write_text("Rank the products by how well they fit. " * 600, encoding="utf-8")
+    pytester.makeini("[pytest]\ngeo_judges =\n"
+                     "    a = openai/gpt-5 system=long.txt max_output_tokens=100\n"
+                     "    b = openrouter/x/m system=long.txt max_output_tokens=100\n"
+                     "    c = openrouter/x/m max_output_tokens=100\n"
+                     "geo_prices =\n    gpt-5 = 1.25, 10.00, 0.125\n    m = 2.00, 4.00\n")
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-limit", "2", "--geo-plan",
+                                "--geo-batch", "-p", "no:cacheprovider", "-p", "no:xdist")
+    assert result.ret == 0
+    a, b, c = (plan_line(result.outlines, f"judge {name}") for name in "abc")
+    for judge in (a, b, c):
+        assert judge.group(1) == "4"  # 2 rows: 2 rank_before and 2 rank_after each
+        assert judge.group(4) == "400"
+    # the system prompt (24,000 characters: about 6,000 tokens) is served from the cache 3 times of 4
+    assert number(a.group(3)) == number(b.group(3)) == 3 * (4 + 6000)
+    assert c.group(3) is None  # the packaged ranker prompt is shorter than a cache's minimum
+    prompt, cached = number(a.group(2)), number(a.group(3))
+    assert float(a.group(5)) == pytest.approx(
+        ((prompt - cached) * 1.25 + cached * 0.125 + 400 * 10.00) / 1e6 / 2, rel=1e-3)
+    assert a.group(6) == ", Batch API" and b.group(6) is None and c.group(6) is None
+    prompt = number(b.group(2))  # no cached price for m: the cached tokens at its input price
+    assert float(b.group(5)) == pytest.approx((prompt * 2.00 + 400 * 4.00) / 1e6, rel=1e-3)
+    assert any(line.startswith("  the same calls without prompt caching or the Batch API: at most $")
+               for line in result.outlines)

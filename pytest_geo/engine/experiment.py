@@ -364,6 +364,8 @@ class GeoEngine:
         context: dict[str, Any] = {"query": row.query, "candidates": candidate_dicts(shown.candidates)}
         if egeo:  # the offline mock answers in E-GEO's shape too
             context["answer"] = "egeo"
+        if judge is not None:  # the plan counts each judge's calls apart (engine/plan.py)
+            context["judge"] = judge.name
         return self.ask(
             "ranker",
             render(system if system is not None else self.prompts.ranker_system, values),

@@ -5,7 +5,10 @@ offline mock does and notes every request. So the plan's calls are the run's cal
 (when every answer parses: a re-ask is a call more), its prompt tokens are estimated
 from the prompts as rendered, its output tokens are each call's output cap (the worst
 case) and its dollars, at list prices, an upper bound. The answer cache is not consulted:
-the plan is for a cold cache."""
+the plan is for a cold cache. A long system prompt sent again by the same role and model
+is counted as the provider's prompt cache serves it (at the model's cached-input price,
+where the price table or geo_prices gives one), and --geo-batch halves the price only on
+endpoints that offer the Batch API."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from pytest_geo.settings import DEFAULT_MAX_OUTPUT_TOKENS, Settings
 CHARS_PER_TOKEN = 4  # English text in a BPE tokenizer, near enough for a plan
 MESSAGE_TOKENS = 4  # the chat format's tokens around each message
 SECONDS_PER_CALL = 5.0  # the plan's assumed latency of one call, for its wall time
+# Providers cache a prompt's prefix from this length on (OpenAI's documented minimum).
+CACHEABLE_PREFIX_TOKENS = 1024
 
 
 @dataclass
@@ -36,12 +41,15 @@ class Line:
     calls: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0  # each call's output cap: the worst case
+    cached_tokens: int = 0  # of prompt_tokens, system prompts sent before (the prompt cache's)
+    system_prompts: set[str] = field(default_factory=set)
 
 
 @dataclass
 class Plan:
     rows: int  # row runs (a row once per variant)
-    lines: dict[tuple[str, str], Line] = field(default_factory=dict)  # (role, model) -> its line
+    # (role, model, judge's name or "") -> its line
+    lines: dict[tuple[str, str, str], Line] = field(default_factory=dict)
 
     @property
     def calls(self) -> int:
@@ -60,14 +68,32 @@ class PlanClient:
         self.mock = MockClient()
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        line = self.plan.lines.setdefault((request.role, request.model), Line())
+        key = (request.role, request.model, str(request.context.get("judge", "")))
+        line = self.plan.lines.setdefault(key, Line())
         line.calls += 1
         line.prompt_tokens += estimated_tokens(request)
+        line.cached_tokens += _cached_prefix(line, request)
         line.output_tokens += request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
         return await self.mock.complete(request)
 
     async def aclose(self) -> None:
         return None
+
+
+def _cached_prefix(line: Line, request: ChatRequest) -> int:
+    """The tokens of the request's system prompt when this role and model sent it before
+    and it is long enough for a provider's prompt cache; else 0."""
+    first = request.messages[0] if request.messages else {}
+    if first.get("role") != "system":
+        return 0
+    text = first.get("content", "")
+    tokens = MESSAGE_TOKENS + math.ceil(len(text) / CHARS_PER_TOKEN)
+    if tokens < CACHEABLE_PREFIX_TOKENS:
+        return 0
+    if text in line.system_prompts:
+        return tokens
+    line.system_prompts.add(text)
+    return 0
 
 
 def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
@@ -85,13 +111,15 @@ def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
     return plan
 
 
-def _endpoint(model: str, settings: Settings) -> tuple[str, str]:
-    """(the endpoint's name, the model name sent there)."""
+def _endpoint(model: str, settings: Settings) -> tuple[str, str, bool]:
+    """(the endpoint's name, the model name sent there, whether its calls go in batches)."""
     try:
         endpoint, sent = resolve(model, settings.endpoints)
     except (EndpointError, ProviderError):
-        return "default", model
-    return (endpoint.name if endpoint is not None else "default"), sent
+        return "default", model, settings.batch
+    if endpoint is None:
+        return "default", sent, settings.batch
+    return endpoint.name, sent, settings.batch and endpoint.batch
 
 
 def _price(model: str, prices: dict[str, Price]) -> Price | None:
@@ -102,22 +130,26 @@ def _price(model: str, prices: dict[str, Price]) -> Price | None:
 def plan_lines(plan: Plan, settings: Settings) -> list[str]:
     """The plan as the terminal shows it: a line per role and model, then the totals."""
     prices = price_table(settings.prices)
-    judges = {j.model: j.name for j in settings.judges}
     out = [f"geo plan: {plan.rows} rows, {plan.calls} model calls (no model was called)"]
-    total, unpriced = 0, []
-    for (role, model), line in sorted(plan.lines.items()):
-        endpoint, sent = _endpoint(model, settings)
+    total, full, unpriced = 0, 0, []
+    for (role, model, judge), line in sorted(plan.lines.items(), key=lambda item: (item[0][2], item[0][:2])):
+        endpoint, sent, batched = _endpoint(model, settings)
         price = _price(sent, prices)
-        cost = price.nanodollars(line.prompt_tokens, line.output_tokens, settings.batch) if price else None
+        cost = price.nanodollars(line.prompt_tokens, line.output_tokens, batched, line.cached_tokens) \
+            if price else None
         total += cost or 0
+        full += price.nanodollars(line.prompt_tokens, line.output_tokens) if price else 0
         if cost is None:
             unpriced.append(model)
-        who = f"judge {judges[model]}" if role == "ranker" and model in judges else role
+        who = f"judge {judge}" if judge else role
+        cached = f" ({line.cached_tokens:,} cached)" if line.cached_tokens else ""
         out.append(f"  {who} {model} (endpoint {endpoint}): {line.calls} calls, ~{line.prompt_tokens:,} prompt "
-                   f"tokens, <= {line.output_tokens:,} output tokens, "
-                   f"{format_dollars(cost) if cost is not None else 'no price'}")
-    out.append(f"  at most {format_dollars(total)} at list prices" + (" (Batch API: half price)" if settings.batch
-                                                                        else ""))
+                   f"tokens{cached}, <= {line.output_tokens:,} output tokens, "
+                   f"{format_dollars(cost) if cost is not None else 'no price'}" + (", Batch API" if batched else ""))
+    out.append(f"  at most {format_dollars(total)} at list prices")
+    if full > total:  # what the same calls cost paying every prompt in full, one by one
+        out.append(f"  the same calls without prompt caching or the Batch API: at most {format_dollars(full)} "
+                   f"(this plan: {total / full:.0%} of it)")
     if unpriced:
         out.append(f"  not priced (no list price known; the ini option geo_prices adds one): {', '.join(unpriced)}")
     out.append(f"  wall time about {_wall(plan, settings)} at {_rows_in_flight(settings)} rows in flight and "
