@@ -503,3 +503,29 @@ def test_an_endpoint_that_goes_down_mid_run_fails_only_its_judges_later_rows(
     failed = [row for row in data["rows"] if row["judges"]["b"]["error"] is not None]
     assert failed and all(row["judges"]["b"]["rank_improvement"] is None for row in failed)
     assert all(row["judges"][name]["error"] is None for row in data["rows"] for name in ("a", "c"))
+
+
+@pytest.mark.e2e
+def test_egeo_an_endpoint_down_mid_run_fails_only_its_judge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, four_servers: dict[str, FakeOpenAI],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """egeo, as pytest: ep2 answers its first 2 calls and then fails every one; judge b's
+    later rows are errors naming b and ep2, a and c score every row, the run exits 1."""
+    egeo_workdir(tmp_path, monkeypatch, rows=4)
+    down = four_servers["ep2"]
+    down.fault_for = lambda body: "500" if len(down.requests) > 2 else None
+    endpoints = [arg for i in range(1, 4) for arg in ("--endpoint", f"ep{i}={four_servers[f'ep{i}'].url},EP{i}_KEY")]
+    code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url",
+                 four_servers["default"].url, *endpoints, "--judge", "a=ep1/m", "--judge", "b=ep2/m",
+                 "--judge", "c=ep3/m", "--no-cache", "--max-retries", "0", "--concurrency", "1",
+                 "--report", "r.json"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    printed = json.loads(out)
+    assert printed["judges"]["a"]["n"] == printed["judges"]["c"]["n"] == 4
+    assert 0 < printed["judges"]["b"]["n"] < 4
+    assert "judge b: " in err and "ep2" in err
+    assert "judge a: ranker" not in err and "judge c: ranker" not in err
+    rows = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["rows"]
+    assert all(row["judges"][name]["error"] is None for row in rows for name in ("a", "c"))
+    assert [row["judges"]["b"]["error"] is not None for row in rows].count(True) == 4 - printed["judges"]["b"]["n"]
