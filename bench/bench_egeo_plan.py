@@ -10,7 +10,7 @@ The data is made up here in the benchmark's shapes; the sizes are assumptions, p
 products of about 1,000 characters (title, features, description) and judge system
 prompts of about 3,000 tokens ("several thousand" in the benchmark's description).
 
-    python bench/bench_egeo_plan.py [--queries 2000] [--system-tokens 3000]
+    python bench/bench_egeo_plan.py [--queries 2000] [--system-tokens 3000] [--anthropic-cache]
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ JUDGES = {
 }
 REWRITER = ("openai/gpt-4.1", 500)
 # The repository's prices (input / output per million); cached input where the provider
-# documents it: OpenAI's cached-input prices, Anthropic's cache reads at 0.1x its input.
+# caches a repeated prefix by itself: OpenAI's cached-input prices. Anthropic's cache reads
+# (0.1x its input) need `cache_control` marks pytest-geo does not send: --anthropic-cache.
 LIST_PRICES = {
     "gpt-4.1": "2.00, 8.00",
     "gpt-5": "1.25, 10.00",
@@ -44,7 +45,8 @@ LIST_PRICES = {
     "deepseek-v3.2": "0.50, 2.00",
     "llama-4-maverick": "0.20, 1.00",
 }
-CACHED_INPUT = {"gpt-4.1": "0.50", "gpt-5": "0.125", "claude-sonnet-4.5": "0.30"}
+CACHED_INPUT = {"gpt-4.1": "0.50", "gpt-5": "0.125"}
+ANTHROPIC_CACHED_INPUT = {"claude-sonnet-4.5": "0.30"}
 
 
 def write_data(directory: Path, queries: int, product_chars: int) -> None:
@@ -73,7 +75,7 @@ def write_data(directory: Path, queries: int, product_chars: int) -> None:
             json.dumps(cache), encoding="utf-8")
 
 
-def write_project(directory: Path, system_tokens: int, cached_prices: bool) -> None:
+def write_project(directory: Path, system_tokens: int, cached: dict[str, str]) -> None:
     """pytest.ini with the five judges (each its own long system prompt) and the prices."""
     base = (Path(__file__).resolve().parent.parent / "pytest_geo/prompts/egeo/ranker_system.txt").read_text(
         encoding="utf-8")
@@ -84,7 +86,7 @@ def write_project(directory: Path, system_tokens: int, cached_prices: bool) -> N
                                                       encoding="utf-8")
         temperature = "" if name == "gpt5" else " temperature=0.3"  # E-GEO sends none to GPT-5
         judges.append(f"    {name} = {model} system={name}_system.txt max_output_tokens={cap}{temperature}")
-    prices = [f"    {model} = {price}" + (f", {CACHED_INPUT[model]}" if cached_prices and model in CACHED_INPUT else "")
+    prices = [f"    {model} = {price}" + (f", {cached[model]}" if model in cached else "")
               for model, price in LIST_PRICES.items()]
     (directory / "pytest.ini").write_text(
         "[pytest]\ngeo_judges =\n" + "\n".join(judges) + "\ngeo_prices =\n" + "\n".join(prices) + "\n",
@@ -117,14 +119,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--system-tokens", type=int, default=3000, help="each judge's system prompt, about")
     parser.add_argument("--product-chars", type=int, default=1000, help="each product's text, about")
+    parser.add_argument("--anthropic-cache", action="store_true",
+                        help="price Claude's system prompt at Anthropic's cache-read price (needs cache_control)")
     args = parser.parse_args()
+    cached = {**CACHED_INPUT, **(ANTHROPIC_CACHED_INPUT if args.anthropic_cache else {})}
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
-        for label, cached, batch in (("as E-GEO's script pays", False, False),
-                                     ("as pytest-geo runs it", True, True)):
+        for label, prices, batch in (("as E-GEO's script pays", {}, False),
+                                     ("as pytest-geo runs it", cached, True)):
             directory = Path(tmp) / label.replace(" ", "_").replace("'", "")
             write_data(directory / "data", args.queries, args.product_chars)
-            write_project(directory, args.system_tokens, cached)
+            write_project(directory, args.system_tokens, prices)
             runs[label] = plan(directory, batch)
         print(f"E-GEO leaderboard run planned: {args.queries} queries, 5 judges (before-rankings cached), "
               f"1 rewriter; products ~{args.product_chars} chars, judge system prompts ~{args.system_tokens} "
