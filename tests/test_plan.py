@@ -50,6 +50,8 @@ def test_egeo_plan_calls_nothing_and_counts_the_runs_calls(
     assert by_role == {"judge gpt5 gpt-5": 40, "judge other gpt-4.1-mini": 60, "rewriter gpt-4.1": 40}
     assert out[4].startswith("  at most $") and out[4].endswith(" at list prices")
     assert out[5] == "  wall time about 10 s at 256 rows in flight and 5 s a call"
+    assert main(["plan", *flags, "--concurrency", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  wall time about 6.7 min at 1 row in flight and 5 s a call"
     main(["evaluate", *flags])
     assert len(fake_openai.requests) == 140  # the plan's count is the run's
 

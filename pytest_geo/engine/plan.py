@@ -152,8 +152,9 @@ def plan_lines(plan: Plan, settings: Settings) -> list[str]:
                    f"(this plan: {total / full:.0%} of it)")
     if unpriced:
         out.append(f"  not priced (no list price known; the ini option geo_prices adds one): {', '.join(unpriced)}")
-    out.append(f"  wall time about {_wall(plan, settings)} at {_rows_in_flight(settings)} rows in flight and "
-               f"{SECONDS_PER_CALL:g} s a call")
+    in_flight = _rows_in_flight(settings)
+    out.append(f"  wall time about {_wall(plan, settings)} at {in_flight} row{'s' if in_flight != 1 else ''} in "
+               f"flight and {SECONDS_PER_CALL:g} s a call")
     return out
 
 
