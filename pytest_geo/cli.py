@@ -32,7 +32,7 @@ from pytest_geo.option_spec import EVALUATE, OPTIMIZE, OPTIONS, add_egeo_options
 from pytest_geo.options import variant_model
 from pytest_geo.price import Price
 from pytest_geo.project_config import ProjectConfig, ProjectConfigError, find_config, project_dataset
-from pytest_geo.report.egeo_submission import write_submission
+from pytest_geo.report.egeo_submission import SubmissionError, check_judge_keys, write_submission
 from pytest_geo.report.finish import take_counts
 from pytest_geo.report.metadata import run_metadata
 from pytest_geo.report.output import OutputPathError, check_output_paths, prompt_inputs, write_report_files
@@ -222,6 +222,8 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     inputs = [(f"--dataset {args.dataset}", Path(args.dataset)),
               *prompt_inputs([Path(settings.prompts_dir), *settings.variants.values()])]
     check_output_paths([("--report", args.report), ("--html", args.html)], inputs, Path.cwd())
+    if args.egeo_submission:
+        check_judge_keys({j.name: j.model for j in settings.judges}, "--egeo-submission")
     dataset = str(args.dataset)
     jobs, problems = _jobs(args.dataset, settings)
     for _, problem in problems:
@@ -442,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"egeo: error: {exc.naming(EGEO_FLAGS)}", file=sys.stderr)
         return 2
     except (DatasetError, PromptError, OptimizeError, SettingError, BudgetError, OutputPathError,
-            ProjectConfigError) as exc:
+            ProjectConfigError, SubmissionError) as exc:
         print(f"egeo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -84,3 +84,31 @@ def test_egeo_writes_them_too(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert "E-GEO submission written to out" in done.stderr
     check_files(tmp_path / "out", 20)
+
+
+@pytest.mark.plugin
+def test_two_judges_on_one_model_are_refused_before_any_call(pytester: pytest.Pytester,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Seen with the real model as two judges (one cached, one not): both keyed `qwen`, so
+    results.json kept one judge's figures and dropped the other's without a word."""
+    from pytest_geo.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-dummy-0000")
+    monkeypatch.setenv("GEO_EVAL_MOCK", "1")
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-judge", "gpt5=local/qwen",
+                                "--geo-judge", "fresh=other/qwen", "--geo-egeo-submission", "out",
+                                "-p", "no:cacheprovider", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--geo-egeo-submission: judges gpt5 and fresh would both be 'qwen' in the "
+                                 "leaderboard's files*"])
+    assert not (pytester.path / "out").exists()
+    monkeypatch.chdir(pytester.path)
+    capsys.readouterr()
+    assert main(["evaluate", "--dataset", "egeo/test_data.json", "--mock", "--judge", "gpt5=qwen",
+                 "--judge", "fresh=qwen", "--egeo-submission", "out2"]) == 2
+    assert not (pytester.path / "out2").exists()
+    assert capsys.readouterr().err == (
+        "egeo: error: --egeo-submission: judges gpt5 and fresh would both be 'qwen' in the leaderboard's files (its "
+        "keys are the judges' model ids): give each judge its own model, or leave one out of the submission run\n")

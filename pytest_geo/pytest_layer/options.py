@@ -186,6 +186,19 @@ def check_report_paths(config: pytest.Config) -> None:
                            others=[("--junitxml", config.option.xmlpath)])
     except OutputPathError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_submission_keys(config)
+
+
+def _check_submission_keys(config: pytest.Config) -> None:
+    if not config.getoption("geo_egeo_submission"):
+        return
+    from pytest_geo.pytest_layer.state import settings_of
+    from pytest_geo.report.egeo_submission import SubmissionError, check_judge_keys
+
+    try:
+        check_judge_keys({j.name: j.model for j in settings_of(config).judges}, "--geo-egeo-submission")
+    except SubmissionError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def run_inputs(config: pytest.Config) -> list[tuple[str, Path]]:

@@ -26,6 +26,23 @@ def judge_key(model: str) -> str:
     return re.sub(r"[^a-z0-9]", "_", model.rsplit("/", 1)[-1].lower())
 
 
+class SubmissionError(ValueError):
+    """The run cannot write a submission; the message says why."""
+
+
+def check_judge_keys(judges: Mapping[str, str], flag: str) -> None:
+    """Two judges whose models give one leaderboard key would share one entry of
+    results.json (one of them lost): refused before any call. `judges`: name -> model."""
+    named: dict[str, str] = {}
+    for name, model in judges.items():
+        key = judge_key(model)
+        if key in named:
+            raise SubmissionError(f"{flag}: judges {named[key]} and {name} would both be {key!r} in the "
+                                  "leaderboard's files (its keys are the judges' model ids): give each judge "
+                                  "its own model, or leave one out of the submission run")
+        named[key] = name
+
+
 def _mean_se(values: Sequence[float]) -> dict[str, float | None]:
     """Mean and standard error (sample standard deviation, n - 1, over sqrt(n)), to 4 decimals."""
     n = len(values)
