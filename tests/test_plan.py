@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY
+from conftest import DUMMY_KEY, prices_ini
 from pytest_geo.cli import main
 
 FIXTURE = Path(__file__).parent / "egeo_fixture"
@@ -37,6 +37,9 @@ def calls_in(line: str) -> int:
 @pytest.mark.e2e
 def test_egeo_plan_calls_nothing_and_counts_the_runs_calls(
         egeo_dir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    # The fake server has no built-in prices (OpenAI's API's only): the project declares them.
+    (egeo_dir / "pytest.ini").write_text(prices_ini("gpt-5 = 1.25, 10", "gpt-4.1 = 2, 8", "gpt-4.1-mini = 0.4, 1.6"),
+                                         encoding="utf-8")
     flags = ["--dataset", "egeo/test_data.json", "--no-cache", "--base-url", fake_openai.url,
              "--rewriter-model", "gpt-4.1", "--judge", "gpt5=gpt-5", "--judge", "other=gpt-4.1-mini",
              "--variant", "competitive", "--variant", "faq"]
