@@ -117,7 +117,8 @@ def test_plan_prices_long_system_prompts_as_cached_and_batches_only_where_offere
                      "    a = openai/gpt-5 system=long.txt max_output_tokens=100\n"
                      "    b = openrouter/x/m system=long.txt max_output_tokens=100\n"
                      "    c = openrouter/x/m max_output_tokens=100\n"
-                     "geo_prices =\n    gpt-5 = 1.25, 10.00, 0.125\n    m = 2.00, 4.00\n")
+                     # priced under the name sent (x/m), as the run charges it
+                     "geo_prices =\n    gpt-5 = 1.25, 10.00, 0.125\n    x/m = 2.00, 4.00\n")
     result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-limit", "2", "--geo-plan",
                                 "--geo-batch", "-p", "no:cacheprovider", "-p", "no:xdist")
     assert result.ret == 0
@@ -132,7 +133,7 @@ def test_plan_prices_long_system_prompts_as_cached_and_batches_only_where_offere
     assert float(a.group(5)) == pytest.approx(
         ((prompt - cached) * 1.25 + cached * 0.125 + 400 * 10.00) / 1e6 / 2, rel=1e-3)
     assert a.group(6) == ", Batch API" and b.group(6) is None and c.group(6) is None
-    prompt = number(b.group(2))  # no cached price for m: the cached tokens at its input price
+    prompt = number(b.group(2))  # no cached price for x/m: the cached tokens at its input price
     assert float(b.group(5)) == pytest.approx((prompt * 2.00 + 400 * 4.00) / 1e6, rel=1e-3)
     assert any(line.startswith("  the same calls without prompt caching or the Batch API: at most $")
                for line in result.outlines)
