@@ -37,16 +37,17 @@ REWRITER = ("openai/gpt-4.1", 500)
 # The repository's prices (input / output per million); cached input where the provider
 # caches a repeated prefix by itself: OpenAI's cached-input prices. Anthropic's cache reads
 # (0.1x its input) need `cache_control` marks pytest-geo does not send: --anthropic-cache.
+# Each under the name its endpoint is sent (OpenRouter's `anthropic/...`), as a run charges it.
 LIST_PRICES = {
     "gpt-4.1": "2.00, 8.00",
     "gpt-5": "1.25, 10.00",
-    "gemini-3-flash-preview": "1.50, 6.00",
-    "claude-sonnet-4.5": "3.00, 15.00",
-    "deepseek-v3.2": "0.50, 2.00",
-    "llama-4-maverick": "0.20, 1.00",
+    "google/gemini-3-flash-preview": "1.50, 6.00",
+    "anthropic/claude-sonnet-4.5": "3.00, 15.00",
+    "deepseek/deepseek-v3.2": "0.50, 2.00",
+    "meta-llama/llama-4-maverick": "0.20, 1.00",
 }
 CACHED_INPUT = {"gpt-4.1": "0.50", "gpt-5": "0.125"}
-ANTHROPIC_CACHED_INPUT = {"claude-sonnet-4.5": "0.30"}
+ANTHROPIC_CACHED_INPUT = {"anthropic/claude-sonnet-4.5": "0.30"}
 
 
 def write_data(directory: Path, queries: int, product_chars: int) -> None:

@@ -138,11 +138,27 @@ def geo_rows(n: int) -> list[dict[str, Any]]:
     ]
 
 
+# OpenAI's list prices of gpt-4o-mini, every role's default model (input, output and cached
+# input, dollars per million tokens). The built-in table prices OpenAI's own API only
+# (pytest_geo/llm/prices.py), so a test of cost against a fake server declares them.
+GPT_4O_MINI_PRICES = "gpt-4o-mini = 0.15, 0.60, 0.075"
+
+
+def prices_ini(*lines: str) -> str:
+    """A pytest.ini declaring `lines` as geo_prices (none given: gpt-4o-mini's list prices)."""
+    return "[pytest]\ngeo_prices =\n" + "".join(f"    {line}\n" for line in lines or (GPT_4O_MINI_PRICES,))
+
+
 class GeoProject:
     def __init__(self, pytester: pytest.Pytester, server: FakeOpenAI) -> None:
         self.pytester = pytester
         self.server = server
         copy_prompts(pytester.path / "prompts")
+
+    def priced(self, *lines: str) -> GeoProject:
+        """The project's pytest.ini declares these prices (none given: gpt-4o-mini's list prices)."""
+        self.pytester.makeini(prices_ini(*lines))
+        return self
 
     def dataset(self, n: int, name: str = "rows.jsonl") -> Path:
         path = self.pytester.path / name

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, egeo_workdir
+from conftest import GPT_4O_MINI_PRICES, ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, egeo_workdir, prices_ini
 from pytest_geo.cli import main
 from pytest_geo.llm.base import ChatRequest, ChatResponse
 from pytest_geo.llm.budget import BudgetClient, BudgetReached, output_cap, prompt_token_bound, with_output_cap
@@ -34,7 +34,8 @@ from pytest_geo.llm.profiles import ShapedRequest
 from pytest_geo.options import dollars
 from pytest_geo.price import Price
 
-# gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens. A call's worst case
+# gpt-4o-mini, every role's default: $0.15 / $0.60 per million tokens (OpenAI's list prices,
+# declared with geo_prices: GeoProject.priced). A call's worst case
 # is about $0.0026 (its prompt and the 4,096-token output cap), a fake-server row costs
 # about $0.00015: $0.004 runs several rows, then the next call cannot fit.
 BUDGET = 0.004
@@ -75,6 +76,7 @@ def junit_failures(path: Path) -> dict[str, str]:
 def test_a_budget_run_stops_within_the_budget(served_project: GeoProject, workers: str) -> None:
     pytest.importorskip("xdist")
     rows = 16
+    served_project.priced()
     result = served_project.pytester.runpytest(
         str(served_project.dataset(rows)), "--geo-base-url", served_project.server.url, "-n", workers,
         "-p", "no:cacheprovider", "-rs", "--geo-concurrency", "2", "--geo-budget", str(BUDGET),
@@ -130,7 +132,7 @@ def test_a_token_budget_holds_for_a_model_without_a_price(served_project: GeoPro
 
 @pytest.mark.plugin
 def test_both_bounds_hold_together(served_project: GeoProject) -> None:
-    result = served_project.run(str(served_project.dataset(16)), "--geo-concurrency", "2",
+    result = served_project.priced().run(str(served_project.dataset(16)), "--geo-concurrency", "2",
                                 "--geo-budget", "1", "--geo-budget-tokens", "12000", "--geo-report", "r.json",
                                 *FULL_CAP)
     assert result.parseoutcomes()["skipped"] >= 1
@@ -145,8 +147,9 @@ def test_both_bounds_hold_together(served_project: GeoProject) -> None:
 @pytest.mark.parametrize("given", [["--geo-budget", "1"], ["ini"]])
 def test_a_dollar_budget_over_a_model_without_a_price_is_a_usage_error(
         served_project: GeoProject, given: list[str]) -> None:
+    served_project.priced()  # the ranker's gpt-4o-mini
     if given == ["ini"]:
-        served_project.pytester.makeini("[pytest]\ngeo_budget = 1\n")
+        served_project.pytester.makeini(prices_ini() + "geo_budget = 1\n")
         given = []
     result = served_project.run(str(served_project.dataset(2)), "--geo-rewriter-model", "llama-local", *given)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -158,7 +161,7 @@ def test_a_dollar_budget_over_a_model_without_a_price_is_a_usage_error(
 
 @pytest.mark.plugin
 def test_a_price_from_geo_prices_or_a_token_bound_lets_it_run(served_project: GeoProject) -> None:
-    served_project.pytester.makeini("[pytest]\ngeo_prices =\n    house-model = 1, 3\n")
+    served_project.priced(GPT_4O_MINI_PRICES, "house-model = 1, 3")
     dataset = str(served_project.dataset(2))
     served_project.run(dataset, "--geo-rewriter-model", "house-model", "--geo-budget", "1").assert_outcomes(passed=2)
     served_project.run(dataset, "--geo-rewriter-model", "llama-local", "--geo-budget", "1",
@@ -187,6 +190,7 @@ def test_dollars_accepts_a_dollar_sign() -> None:
 
 @pytest.mark.plugin
 def test_cached_answers_need_no_budget(served_project: GeoProject) -> None:
+    served_project.priced()
     dataset = str(served_project.dataset(4))
     served_project.run(dataset, *FULL_CAP).assert_outcomes(passed=4)  # fills the answer cache
     sent = len(served_project.server.requests)
@@ -214,7 +218,7 @@ def same(items, expected):
 
 @pytest.mark.plugin
 def test_suite_rows_whose_prompt_call_was_not_sent_are_not_run(served_project: GeoProject) -> None:
-    served_project.pytester.makepyfile(test_headline=PROCEDURE_SUITE)
+    served_project.priced().pytester.makepyfile(test_headline=PROCEDURE_SUITE)
     result = served_project.run("test_headline.py", "-rs", "--geo-budget", "0.001", "--geo-report", "r.json")
     result.assert_outcomes(skipped=2, failed=1)
     assert served_project.server.requests == []
@@ -247,7 +251,7 @@ def pytest_sessionfinish(session):
 
 @pytest.mark.plugin
 def test_an_answer_billed_past_its_worst_case_stops_the_budget(served_project: GeoProject) -> None:
-    served_project.pytester.makeconftest(OVERBILLING)
+    served_project.priced().pytester.makeconftest(OVERBILLING)
     result = served_project.run(str(served_project.dataset(4)), "--geo-budget", "1", "--geo-concurrency", "1",
                                 "--geo-report", "r.json", *FULL_CAP)
     result.assert_outcomes(skipped=4, failed=1)
@@ -263,6 +267,7 @@ def test_an_answer_billed_past_its_worst_case_stops_the_budget(served_project: G
 def test_egeo_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI,
                      capsys: pytest.CaptureFixture[str]) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=16)
+    (tmp_path / "pytest.ini").write_text(prices_ini(), encoding="utf-8")  # egeo reads the project's geo_prices
     code = main(["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--base-url", fake_openai.url,
                  "--concurrency", "2", "--budget", str(BUDGET), "--report", "r.json", "--max-output-tokens", "4096"])
     assert code == 1
@@ -453,7 +458,7 @@ def pytest_configure_node(node):
 @pytest.mark.xdist
 def test_a_worker_that_cannot_see_the_ledger_refuses_to_start(served_project: GeoProject) -> None:
     pytest.importorskip("xdist")
-    served_project.pytester.makeconftest(ELSEWHERE)
+    served_project.priced().pytester.makeconftest(ELSEWHERE)
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
                                                served_project.server.url, "-n", "1", "--geo-budget", "1")
     assert result.ret != pytest.ExitCode.OK
@@ -469,7 +474,7 @@ def test_a_call_cut_off_before_its_answer_stays_charged_at_its_worst_case(served
     server = served_project.server
     server.slow_seconds = 1.5
     server.fail_next("slow")
-    result = served_project.run(str(served_project.dataset(2)), "--geo-timeout", "0.5", "--geo-max-retries", "0",
+    result = served_project.priced().run(str(served_project.dataset(2)), "--geo-timeout", "0.5", "--geo-max-retries", "0",
                                 "--geo-concurrency", "1", "--geo-budget", "1", "--geo-report", "r.json", *FULL_CAP)
     result.assert_outcomes(passed=1, failed=1)
     budget = report(served_project.pytester.path / "r.json")["budget"]

@@ -11,7 +11,7 @@ import pytest
 from fake_openai import FakeOpenAI
 from test_reporting import validate
 
-from conftest import PROMPTS, GeoProject, egeo_workdir
+from conftest import PROMPTS, GeoProject, egeo_workdir, prices_ini
 from pytest_geo import __version__
 from pytest_geo.cli import main
 from pytest_geo.report import progress
@@ -98,6 +98,7 @@ def test_max_retries_and_timeout(workdir: Path, fake_openai: FakeOpenAI, capsys:
 @pytest.mark.e2e
 def test_usage_and_cost_at_the_end_on_stderr(workdir: Path, fake_openai: FakeOpenAI,
                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (workdir / "pytest.ini").write_text(prices_ini(), encoding="utf-8")  # egeo reads the project's geo_prices
     assert evaluate("--base-url", fake_openai.url, "--limit", "2") == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["n"] == 2

@@ -11,7 +11,7 @@ import pytest
 from test_reporting import validate
 
 from conftest import GeoProject
-from pytest_geo.llm.prices import BUILTIN_PRICES, PriceError, format_dollars, parse_price_lines
+from pytest_geo.llm.prices import PriceError, format_dollars, parse_price_lines
 from pytest_geo.price import Price
 
 
@@ -27,12 +27,12 @@ def expected_dollars(usage: dict[str, int], price: Price, cached: bool = False) 
 
 
 @pytest.mark.plugin
-def test_cost_per_role_and_total_from_the_builtin_table(served_project: GeoProject) -> None:
-    result = served_project.run(str(served_project.dataset(4)), "--geo-report", "r.json")
+def test_cost_per_role_and_total_from_the_price_table(served_project: GeoProject) -> None:
+    result = served_project.priced().run(str(served_project.dataset(4)), "--geo-report", "r.json")
     result.assert_outcomes(passed=4)
     data = report(served_project, "r.json")
     validate(data)
-    price = BUILTIN_PRICES["gpt-4o-mini"]  # the default model of every role
+    price = Price(0.15, 0.60)  # gpt-4o-mini, the default model of every role (no cached tokens here)
     for role in ("ranker", "rewriter"):
         assert data["cost"]["roles"][role]["cost"] == pytest.approx(expected_dollars(data["usage"][role], price))
         assert data["usage"][role]["prompt_tokens"] > 0
@@ -57,7 +57,7 @@ def test_geo_prices_adds_and_overrides_entries(served_project: GeoProject) -> No
 
 @pytest.mark.plugin
 def test_a_model_without_price_shows_tokens_only(served_project: GeoProject) -> None:
-    result = served_project.run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local",
+    result = served_project.priced().run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local",
                                 "--geo-report", "r.json")
     result.assert_outcomes(passed=2)
     data = report(served_project, "r.json")
@@ -72,6 +72,7 @@ def test_a_model_without_price_shows_tokens_only(served_project: GeoProject) -> 
 
 @pytest.mark.plugin
 def test_cache_hits_cost_nothing_and_the_summary_shows_the_saving(served_project: GeoProject) -> None:
+    served_project.priced()
     dataset = str(served_project.dataset(3))
     served_project.run(dataset, "--geo-report", "first.json").assert_outcomes(passed=3)
     result = served_project.run(dataset, "--geo-report", "second.json")
@@ -125,7 +126,7 @@ def test_dollars_are_readable_at_every_size() -> None:
 
 @pytest.mark.plugin
 def test_the_html_report_shows_cost_per_role_and_in_total(served_project: GeoProject) -> None:
-    served_project.run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local", "--geo-report", "r.json",
+    served_project.priced().run(str(served_project.dataset(2)), "--geo-ranker-model", "llama-local", "--geo-report", "r.json",
                        "--geo-html", "r.html").assert_outcomes(passed=2)
     data = report(served_project, "r.json")
     page = (served_project.pytester.path / "r.html").read_text(encoding="utf-8")

@@ -433,7 +433,7 @@ def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
 
 @pytest.mark.plugin
 def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_project: GeoProject) -> None:
-    served_project.dataset(1)
+    served_project.priced().dataset(1)  # gpt-4o-mini has a price
     (served_project.pytester.path / "keep.txt").write_text(KEEP_TEMPLATE_TEXT, encoding="utf-8")
     result = served_project.run("rows.jsonl", "--geo-budget", "1", "--geo-judge", "a=gpt-4o-mini",
                                 "--geo-judge", "b=house-judge")

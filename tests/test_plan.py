@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY
+from conftest import DUMMY_KEY, prices_ini
 from pytest_geo.cli import main
 
 FIXTURE = Path(__file__).parent / "egeo_fixture"
@@ -37,6 +37,9 @@ def calls_in(line: str) -> int:
 @pytest.mark.e2e
 def test_egeo_plan_calls_nothing_and_counts_the_runs_calls(
         egeo_dir: Path, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    # The fake server has no built-in prices (OpenAI's API's only): the project declares them.
+    (egeo_dir / "pytest.ini").write_text(prices_ini("gpt-5 = 1.25, 10", "gpt-4.1 = 2, 8", "gpt-4.1-mini = 0.4, 1.6"),
+                                         encoding="utf-8")
     flags = ["--dataset", "egeo/test_data.json", "--no-cache", "--base-url", fake_openai.url,
              "--rewriter-model", "gpt-4.1", "--judge", "gpt5=gpt-5", "--judge", "other=gpt-4.1-mini",
              "--variant", "competitive", "--variant", "faq"]
@@ -114,7 +117,8 @@ def test_plan_prices_long_system_prompts_as_cached_and_batches_only_where_offere
                      "    a = openai/gpt-5 system=long.txt max_output_tokens=100\n"
                      "    b = openrouter/x/m system=long.txt max_output_tokens=100\n"
                      "    c = openrouter/x/m max_output_tokens=100\n"
-                     "geo_prices =\n    gpt-5 = 1.25, 10.00, 0.125\n    m = 2.00, 4.00\n")
+                     # priced under the name sent (x/m), as the run charges it
+                     "geo_prices =\n    gpt-5 = 1.25, 10.00, 0.125\n    x/m = 2.00, 4.00\n")
     result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-limit", "2", "--geo-plan",
                                 "--geo-batch", "-p", "no:cacheprovider", "-p", "no:xdist")
     assert result.ret == 0
@@ -129,7 +133,7 @@ def test_plan_prices_long_system_prompts_as_cached_and_batches_only_where_offere
     assert float(a.group(5)) == pytest.approx(
         ((prompt - cached) * 1.25 + cached * 0.125 + 400 * 10.00) / 1e6 / 2, rel=1e-3)
     assert a.group(6) == ", Batch API" and b.group(6) is None and c.group(6) is None
-    prompt = number(b.group(2))  # no cached price for m: the cached tokens at its input price
+    prompt = number(b.group(2))  # no cached price for x/m: the cached tokens at its input price
     assert float(b.group(5)) == pytest.approx((prompt * 2.00 + 400 * 4.00) / 1e6, rel=1e-3)
     assert any(line.startswith("  the same calls without prompt caching or the Batch API: at most $")
                for line in result.outlines)

@@ -110,13 +110,13 @@ def slow_server(served_project: GeoProject) -> GeoProject:
 @pytest.mark.parametrize("verbosity", [[], ["-v"]])
 def test_on_a_terminal_the_line_is_redrawn_and_leaves_pytests_screen_intact(
         slow_server: GeoProject, verbosity: list[str]) -> None:
-    dataset = slow_server.dataset(4)
+    dataset = slow_server.priced().dataset(4)  # priced: the line shows the cost so far
     args = [str(dataset), "--geo-base-url", slow_server.server.url, "--geo-no-cache", "--geo-concurrency", "2",
             "-p", "no:cacheprovider", "-p", "no:xdist", *verbosity]
     shown = run_in_pty(args, slow_server.pytester.path)
     hidden = run_in_pty([*args, "--geo-progress", "off"], slow_server.pytester.path)
     assert STATUS.search(shown) and not STATUS.search(hidden)
-    assert "$0.0" in shown  # the cost so far (gpt-4o-mini has a price)
+    assert "$0.0" in shown  # the cost so far (gpt-4o-mini has a price: geo_prices)
     assert screen_without_timing(shown) == screen_without_timing(hidden)
     assert "4 passed" in screen_without_timing(shown)[-1]
 

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import PROMPTS, GeoProject, copy_prompts, egeo_workdir
+from conftest import PROMPTS, GeoProject, copy_prompts, egeo_workdir, prices_ini
 from pytest_geo.cli import main
 from pytest_geo.report import progress
 from pytest_geo.report.sequential import BETTER, EQUIVALENT, WORSE, ConfidenceSequence
@@ -108,7 +108,7 @@ def report(project: GeoProject, name: str) -> dict[str, Any]:
 
 @pytest.mark.plugin
 def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served_project: GeoProject) -> None:
-    args = strategies(served_project, 100)
+    args = strategies(served_project.priced(), 100)  # priced: the dollars not spent
     full = served_project.run(*args, "--geo-report", "full.json")
     full.assert_outcomes(passed=200)
     [pair] = report(served_project, "full.json")["variants"][0]["pairs"]
@@ -150,7 +150,7 @@ def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served
 
 @pytest.mark.xdist
 def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: GeoProject) -> None:
-    args = strategies(served_project, 200)
+    args = strategies(served_project.priced(), 200)  # priced: the dollars not spent
     result = served_project.pytester.runpytest_subprocess(
         *args, "--geo-base-url", served_project.server.url, "-n", "2", "--geo-sequential", "--geo-concurrency", "4",
         "--geo-report", "seq.json")
@@ -176,7 +176,7 @@ def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: G
 
 @pytest.mark.plugin
 def test_a_sequential_baseline_gate_stops_once_the_drop_is_decided(served_project: GeoProject) -> None:
-    served_project.dataset(100)
+    served_project.priced().dataset(100)  # priced: the dollars not spent
     served_project.run("rows.jsonl", "--geo-report", "base.json").assert_outcomes(passed=100)
     (served_project.pytester.path / "prompts" / "rewriter_user.txt").write_text(KEEP, encoding="utf-8")
     served_project.server.reset()
@@ -225,6 +225,7 @@ def test_egeo_evaluate_sequential_stops_early_with_the_full_runs_decision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     egeo_workdir(tmp_path, monkeypatch, rows=100)
+    (tmp_path / "pytest.ini").write_text(prices_ini(), encoding="utf-8")  # egeo reads the project's geo_prices
     (tmp_path / "signal.txt").write_text(SIGNAL, encoding="utf-8")
     (tmp_path / "keep.txt").write_text(KEEP, encoding="utf-8")
     args = ["evaluate", "--dataset", "rows.jsonl", "--prompts", str(PROMPTS), "--no-cache", "--base-url",

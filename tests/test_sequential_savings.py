@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_rows_a_budget_stopped_are_not_credited_to_an_undecided_comparison(served_project: GeoProject) -> None:
-    args = strategies(served_project, 100)
+    args = strategies(served_project.priced(), 100)
     # A budget of about one row (a row of two variants costs ~$0.00026 here).
     result = served_project.run(*args, "--geo-sequential", "--geo-budget", "0.0005", "--geo-max-output-tokens", "100",
                                 "--geo-concurrency", "2", "--geo-report", "seq.json", "--geo-html", "seq.html")

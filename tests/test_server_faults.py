@@ -125,7 +125,7 @@ def test_unusable_answers_are_never_cached_so_a_rerun_asks_again(served_project:
 def test_an_answer_without_honest_usage_has_an_unknown_cost_never_zero(served_project: GeoProject,
                                                                        usage: object) -> None:
     served_project.server.usage_as = usage
-    result = served_project.run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "r.json")
+    result = served_project.priced().run(str(served_project.dataset(2)), "--geo-no-cache", "--geo-report", "r.json")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["cost: unknown, the server reported no usable token counts for 6 calls of "
                                  "ranker, rewriter; tokens above"])
@@ -142,7 +142,7 @@ def test_a_budget_charges_an_answer_without_usage_its_reservation(served_project
     charged at its reservation, and the second call's worst case no longer fits."""
     server = served_project.server
     server.usage_as = MISSING
-    result = served_project.run(str(served_project.dataset(30)), "--geo-no-cache", "--geo-budget", "0.005",
+    result = served_project.priced().run(str(served_project.dataset(30)), "--geo-no-cache", "--geo-budget", "0.005",
                                 "--geo-concurrency", "1")
     assert len(server.requests) < 30  # each charged its reservation; without the charge: all 90 at "$0.00"
     result.stdout.fnmatch_lines(["budget: $0.00 spent of $0.005000 (and up to $0.00*, * tokens charged for calls "
@@ -198,7 +198,7 @@ def test_a_price_no_cost_could_be_computed_with_is_refused_at_start(served_proje
 def test_a_budget_keeps_the_output_cap_off_a_server_that_refuses_it(served_project: GeoProject) -> None:
     server = served_project.server
     server.refuse_params = {"max_tokens"}
-    result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-budget", "1")
+    result = served_project.priced().run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-budget", "1")
     result.assert_outcomes(passed=3)
     # Refused for the calls sent before the first refusal came back (a row's two), then never sent again.
     assert 1 <= len(server.refused) <= 2 and set(server.refused) == {("gpt-4o-mini", "max_tokens")}
@@ -284,7 +284,7 @@ def test_cached_input_tokens_are_priced_at_the_cached_input_price(served_project
     budget's settlement charges the same, its reservations (at the input price) above it."""
     server = served_project.server
     server.cached_share = 0.5
-    result = served_project.run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "r.json",
+    result = served_project.priced().run(str(served_project.dataset(3)), "--geo-no-cache", "--geo-report", "r.json",
                                 "--geo-budget", "1")
     result.assert_outcomes(passed=3)
     report = json.loads((served_project.pytester.path / "r.json").read_text(encoding="utf-8"))
@@ -324,7 +324,7 @@ def pytest_runtest_logreport(report):
 
 
 def test_the_runs_cost_is_what_the_budget_ledger_charged_when_a_worker_dies(served_project: GeoProject) -> None:
-    pytester = served_project.pytester
+    pytester = served_project.priced().pytester
     pytester.makeconftest(KILL_GW1_CONFTEST)
     result = pytester.runpytest(str(served_project.dataset(8)), "--geo-base-url", served_project.server.url,
                                 "-n", "2", "--geo-no-cache", "--geo-budget", "1", "--geo-report", "r.json")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pytest_geo.data.dataset import GeoRow
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm.base import ChatRequest, ChatResponse
+from pytest_geo.llm.budget import priced_as
 from pytest_geo.llm.endpoints import EndpointError, resolve
 from pytest_geo.llm.mock import MockClient
 from pytest_geo.llm.prices import format_dollars, price_table
@@ -122,19 +123,20 @@ def _endpoint(model: str, settings: Settings) -> tuple[str, str, bool]:
     return endpoint.name, sent, settings.batch and endpoint.batch
 
 
-def _price(model: str, prices: dict[str, Price]) -> Price | None:
-    """The model's list price; a provider's path (`openai/gpt-5`) is priced as its last part."""
-    return prices.get(model) or prices.get(model.rsplit("/", 1)[-1])
+def _price(model: str, settings: Settings) -> Price | None:
+    """The price the run's calls to `model` are charged: under the name sent, at the
+    prices of the server it is sent to (llm/prices.py: a local server has only geo_prices)."""
+    sent, url = priced_as(model, settings)
+    return price_table(settings.prices, url).get(sent)
 
 
 def plan_lines(plan: Plan, settings: Settings) -> list[str]:
     """The plan as the terminal shows it: a line per role and model, then the totals."""
-    prices = price_table(settings.prices)
     out = [f"geo plan: {plan.rows} rows, {plan.calls} model calls (no model was called)"]
     total, full, unpriced = 0, 0, []
     for (role, model, judge), line in sorted(plan.lines.items(), key=lambda item: (item[0][2], item[0][:2])):
         endpoint, sent, batched = _endpoint(model, settings)
-        price = _price(sent, prices)
+        price = _price(model, settings)
         cost = price.nanodollars(line.prompt_tokens, line.output_tokens, batched, line.cached_tokens) \
             if price else None
         total += cost or 0

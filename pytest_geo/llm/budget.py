@@ -25,10 +25,10 @@ from typing import Any
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, ServerUnusable
 from pytest_geo.llm.file_lock import locks_available
 from pytest_geo.llm.ledger import WAIT, BudgetLimits, BudgetStatus, Cost, Ledger
-from pytest_geo.llm.prices import format_dollars, price_table
+from pytest_geo.llm.prices import BUILTIN_PRICES, format_dollars, price_table
 from pytest_geo.llm.profiles import TOKEN_PARAMS, ShapedRequest, request_body, sent_body
 from pytest_geo.price import Price
-from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings
+from pytest_geo.settings import OUTPUT_CAP_FLAGS, Settings, server_url
 
 # The output cap reserved for a request sent without one (ChatRequest.max_output_tokens
 # None), which the layer then adds to it, so the cap it reserved is the cap sent.
@@ -231,26 +231,29 @@ def check_budget(settings: Settings, flags: tuple[str, str] = ("--geo-budget", "
                           f"run without {flags[0]} and {flags[1]}")
     if settings.budget is None or settings.budget_tokens is not None or settings.mock:
         return
-    prices = price_table(settings.prices)
     named = [(f"{role} model", settings.models[role]) for role in roles]
     if "ranker" in roles:  # the rows' other models: --geo-judge's, and a variant's rewriter (PATH@MODEL)
         named += [(f"judge {j.name}'s model", j.model) for j in settings.judges]
         named += [(f"variant {name}'s rewriter model", model) for name, model in settings.variant_models.items()]
     for who, model in named:
-        if priced_as(model, settings) not in prices:
-            raise BudgetError(f"{flags[0]}: no price for the {who} {model}, so its calls cannot be held to "
+        name, url = priced_as(model, settings)
+        if name not in price_table(settings.prices, url):
+            why = " (the built-in prices are OpenAI's, for its own API only)" if name in BUILTIN_PRICES else ""
+            raise BudgetError(f"{flags[0]}: no price for the {who} {model}{why}, so its calls cannot be held to "
                               f"a budget in dollars: add it to {price_option}, or bound tokens with {flags[1]} N")
 
 
-def priced_as(model: str, settings: Settings) -> str:
-    """The name `model` is priced under: the one its endpoint is sent (llm/endpoints.py)."""
+def priced_as(model: str, settings: Settings) -> tuple[str, str]:
+    """The name `model` is priced under (the one its endpoint is sent, llm/endpoints.py)
+    and the URL of the server it is sent to (its prices depend on it: llm/prices.py)."""
     from pytest_geo.llm.endpoints import EndpointError, resolve
     from pytest_geo.llm.providers import ProviderError
 
     try:
-        return resolve(model, settings.endpoints)[1]
+        endpoint, name = resolve(model, settings.endpoints)
     except (EndpointError, ProviderError):  # said at start, when the stack is built
-        return model
+        return model, server_url(settings.base_url)
+    return name, server_url(settings.base_url) if endpoint is None else endpoint.base_url
 
 
 def shared_ledger(settings: Settings) -> Ledger | None:
@@ -269,7 +272,8 @@ def with_budget(inner: ChatClient, settings: Settings, ledger: Ledger | None = N
         return inner
     from pytest_geo.llm.batch import BATCH_ROLES
 
-    return BudgetClient(inner, ledger, price_table(settings.prices), BATCH_ROLES if settings.batch else frozenset(),
+    return BudgetClient(inner, ledger, price_table(settings.prices, server_url(settings.base_url)),
+                        BATCH_ROLES if settings.batch else frozenset(),
                         OUTPUT_CAP_FLAGS[settings.front_end])
 
 

@@ -1,10 +1,13 @@
 """What model calls cost: a price table per model, in US dollars per million tokens.
 
 The built-in table holds common OpenAI models at their standard-tier list prices
-(`PRICES_DATE`; the README names it too). Prices change: the ini option `geo_prices`
-adds or overrides entries. A model is priced only under its exact name (a dated
-snapshot such as `gpt-4o-2024-05-13` can cost more than its alias), so a model that is
-not in the table has no cost, never a guessed one.
+(`PRICES_DATE`; the README names it too), so it prices calls to OpenAI's own API only
+(the default server and the `openai/` endpoint): a local server, or another provider
+serving a model of the same name (the default `gpt-4o-mini` on a vLLM server), is
+unpriced unless `geo_prices` names the model. Prices change: the ini option `geo_prices`
+adds or overrides entries, on every server. A model is priced only under its exact name
+(a dated snapshot such as `gpt-4o-2024-05-13` can cost more than its alias), so a model
+that is not in the table has no cost, never a guessed one.
 
 Prompt tokens a provider served from its prompt cache (a repeated prefix; OpenAI reports
 them as `usage.prompt_tokens_details.cached_tokens`) cost the model's cached-input price,
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 from pytest_geo.price import NANO_PER_DOLLAR, Price
 
@@ -77,8 +81,21 @@ def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
     return prices
 
 
-def price_table(overrides: Mapping[str, Price]) -> dict[str, Price]:
-    return {**BUILTIN_PRICES, **overrides}
+OPENAI_API_HOST = "api.openai.com"
+
+
+def is_openai_api(base_url: str) -> bool:
+    """Whether calls to `base_url` go to OpenAI's own API (the `openai/` endpoint's too)."""
+    try:
+        return urlsplit(base_url).hostname == OPENAI_API_HOST
+    except ValueError:
+        return False
+
+
+def price_table(overrides: Mapping[str, Price], base_url: str) -> dict[str, Price]:
+    """The prices of calls to the server at `base_url`: `geo_prices` (`overrides`) over
+    the built-in table on OpenAI's API, `geo_prices` alone anywhere else."""
+    return {**BUILTIN_PRICES, **overrides} if is_openai_api(base_url) else dict(overrides)
 
 
 def dollars(nanodollars: int) -> float:

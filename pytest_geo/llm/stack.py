@@ -43,7 +43,7 @@ from pytest_geo.llm.profiles import Lesson
 from pytest_geo.llm.providers import ProviderError
 from pytest_geo.llm.usage import UsageClient, UsageTable, merge_usage
 from pytest_geo.local_server import LOCAL_START_CONCURRENCY, LOCAL_TIMEOUT, local_host
-from pytest_geo.settings import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, Settings
+from pytest_geo.settings import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, Settings, server_url
 
 MIN_CONSECUTIVE_FAILURES = 8
 
@@ -110,7 +110,8 @@ def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger
     healing = HealingClient(cached, structured=settings.structured, reasoning_effort=settings.reasoning_effort,
                             lessons=remembered, on_unfixable=breaker.refused, probe=not batching,
                             on_learn=remember)
-    prices = {} if settings.mock else price_table(settings.prices)  # the mock costs nothing
+    # The mock costs nothing; a server other than OpenAI's API has only geo_prices (llm/prices.py).
+    prices = {} if settings.mock else price_table(settings.prices, server_url(settings.base_url))
     usage = UsageClient(healing, prices)
     return EndpointStack(client=usage, usage=usage, healing=healing, breaker=breaker, concurrency=concurrency,
                          backend=backend)
