@@ -183,13 +183,25 @@ def served_project(
     return GeoProject(pytester, fake_openai)
 
 
-def egeo_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int) -> Path:
-    """The current directory for an `egeo` test: `rows.jsonl` of `rows` rows, a dummy key
-    in the env and no other model setting from it."""
+def egeo_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`tmp_path` as the current directory, a dummy key in the env and no other model
+    setting from it."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
         monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def egeo_fixture_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """As `egeo_env`, with the E-GEO-format fixture (tests/egeo_fixture) copied to `egeo/`."""
+    shutil.copytree(Path(__file__).parent / "egeo_fixture", egeo_env(tmp_path, monkeypatch) / "egeo")
+    return tmp_path
+
+
+def egeo_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int) -> Path:
+    """The current directory for an `egeo` test: `rows.jsonl` of `rows` rows (as `egeo_env`)."""
+    egeo_env(tmp_path, monkeypatch)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in geo_rows(rows)), encoding="utf-8")
     return tmp_path
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY
+from conftest import DUMMY_KEY, egeo_fixture_dir
 from pytest_geo.cli import main
 from pytest_geo.data.egeo_data import iter_egeo
 from pytest_geo.data.rewrites_file import RewritesError, check_rewrites, load_rewrites
@@ -90,11 +90,7 @@ def test_missing_extra_and_misplaced_queries_are_refused(tmp_path: Path) -> None
 
 @pytest.fixture
 def egeo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    shutil.copytree(FIXTURE, tmp_path / "egeo")
+    egeo_fixture_dir(tmp_path, monkeypatch)
     write_lines(tmp_path / "rewrites.jsonl", fixture_lines())
     return tmp_path
 

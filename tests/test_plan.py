@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
-from conftest import DUMMY_KEY, prices_ini
+from conftest import DUMMY_KEY, egeo_fixture_dir, prices_ini
 from pytest_geo.cli import main
 
 FIXTURE = Path(__file__).parent / "egeo_fixture"
@@ -20,12 +20,7 @@ FIXTURE = Path(__file__).parent / "egeo_fixture"
 
 @pytest.fixture
 def egeo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    for name in ("OPENAI_BASE_URL", "GEO_EVAL_MOCK", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL"):
-        monkeypatch.delenv(name, raising=False)
-    shutil.copytree(FIXTURE, tmp_path / "egeo")
-    return tmp_path
+    return egeo_fixture_dir(tmp_path, monkeypatch)
 
 
 def calls_in(line: str) -> int:
