@@ -100,7 +100,8 @@ def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger
     hold = getattr(backend, "hold_requests", None)
     if callable(hold):  # and hold a request about to be sent during a server's pause
         hold(concurrency.requests.hold)
-    bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded)
+    bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded,
+                            on_tokens=concurrency.tokens_charged)
     # The breaker trips after as many consecutive failed calls as there are request slots
     # at the start (each already retried): every call in flight failed, then as many again.
     breaker = Breaker(with_budget(bounded, settings, ledger), getattr(backend, "base_url", None),
