@@ -191,3 +191,9 @@ def test_the_fake_servers_token_limit_charges_prompt_and_cap_and_says_so() -> No
     refused, headers = limit.admit(6_000)
     assert not refused and limit.refused_tokens == 1
     assert 190 <= int(headers["retry-after-ms"]) <= 200  # 2,000 tokens short at 10,000 a second
+
+
+def test_a_rate_the_headers_state_is_rounded_down_so_the_budget_never_drains() -> None:
+    """120,000 tokens a second at 4,500 a call is 26.7 calls a second: 27 requests in
+    flight at 1 s a call would overdraw the bucket by 1.2% a second until refused; 26."""
+    assert _paced(TOKEN_HEADERS, 4_500).request_cap == 26

@@ -282,8 +282,13 @@ class AdaptiveConcurrency:
         """Requests worth keeping in flight: at the rate the server grants (Little's law:
         the refill rate its headers give, else the rate learned between its 429s) and
         within the ceiling its 429s showed."""
-        rate = self.allowed_rate
-        cap = None if rate is None or self._latency is None else max(1, math.ceil(rate * self._latency - 1e-9))
+        rate, heard = self.allowed_rate, self._heard_rate() is not None
+        cap = None
+        if rate is not None and self._latency is not None:
+            # A rate the headers state is never exceeded (rounded down: above it, the budget
+            # drains by the excess until refused); one learned from 429s is probed (up).
+            held = rate * self._latency
+            cap = max(1, math.floor(held + 1e-9) if heard else math.ceil(held - 1e-9))
         if self._ceiling is None:
             return cap  # 10.000000001 requests is 10
         ceiling = self._ceiling if self._resume is None else max(1, min(self._ceiling, int(self._resume)))
@@ -296,11 +301,16 @@ class AdaptiveConcurrency:
         those its 429s taught. Without headers nothing says whether requests or tokens
         ran out, so an episode's budget counts both, and calls that grow since are paced
         by their tokens, calls that shrink by their number."""
-        heard = [r for r in (self._rate, self._per_call(self._token_rate)) if r is not None]
-        if heard:
-            return min(heard)
+        heard = self._heard_rate()
+        if heard is not None:
+            return heard
         learned = [r for r in (self._granted, self._per_call(self._granted_tokens)) if r is not None]
         return min(learned) if learned else None
+
+    def _heard_rate(self) -> float | None:
+        """Requests per second the headers' limits allow (the tighter), None without them."""
+        heard = [r for r in (self._rate, self._per_call(self._token_rate)) if r is not None]
+        return min(heard) if heard else None
 
     def _per_call(self, tokens_per_second: float | None) -> float | None:
         """Calls per second a token rate allows at the tokens a call is charged."""
