@@ -197,3 +197,71 @@ def test_a_rate_the_headers_state_is_rounded_down_so_the_budget_never_drains() -
     """120,000 tokens a second at 4,500 a call is 26.7 calls a second: 27 requests in
     flight at 1 s a call would overdraw the bucket by 1.2% a second until refused; 26."""
     assert _paced(TOKEN_HEADERS, 4_500).request_cap == 26
+
+
+def test_a_stated_token_limit_holds_the_request_rate_back_until_a_calls_tokens_are_known() -> None:
+    """The first answer's headers come before its tokens: 30 requests a second alone would
+    let 30 long prompts through at once where the tokens allow 12."""
+    both = {**TOKEN_HEADERS, "x-ratelimit-limit-requests": "30", "x-ratelimit-remaining-requests": "15",
+            "x-ratelimit-reset-requests": "500ms"}
+
+    async def scenario() -> AdaptiveConcurrency:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=FakeClock())
+        controller.call_succeeded(1.0)
+        controller.observe(200, both)
+        return controller
+
+    controller = asyncio.run(scenario())
+    assert controller.request_cap is None
+    controller.tokens_charged(10_000)
+    assert controller.request_cap == 12
+    assert asyncio.run(scenario()).request_cap is None
+    assert _paced({k: v for k, v in both.items() if "tokens" not in k}, 10_000).request_cap == 30
+
+
+def test_a_refusal_at_a_stated_rate_trims_the_pace_and_successes_bring_it_back() -> None:
+    """Paced exactly at a bucket's refill rate the bucket stays empty and an early
+    request is refused, its retries too: a 429 that shows the budget spent trims the
+    pace by a tenth (24 requests in flight to 21), and successes probe it back by 1% of
+    the rate a second (0.01 / 24 a call: about 240 calls)."""
+    spent = {**TOKEN_HEADERS, "x-ratelimit-remaining-tokens": "100", "retry-after-ms": "40"}
+
+    async def scenario() -> list[int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=FakeClock())
+        caps = []
+        for _ in range(40):
+            controller.observe(200, TOKEN_HEADERS)
+            controller.tokens_charged(5_000)
+            controller.call_succeeded(1.0)
+        caps.append(controller.request_cap)
+        controller.requests.in_use = 5
+        _cancel(controller.observe(429, spent))
+        caps.append(controller.request_cap)
+        for calls in (100, 200):
+            for _ in range(calls):
+                controller.call_succeeded(1.0)
+            caps.append(controller.request_cap)
+        return caps
+
+    assert asyncio.run(scenario()) == [24, 21, 22, 24]
+
+
+def test_several_endpoints_auto_controllers_share_one_row_limiter_of_their_sum() -> None:
+    """A row waits on every endpoint it calls: each endpoint's controller gets its own
+    rows' worth in the one row limiter the runner uses (the first's)."""
+    from pytest_geo.llm.adaptive import FixedConcurrency, share_rows
+
+    async def scenario() -> tuple[int, int, bool]:
+        first = AdaptiveConcurrency(Limiter(4), Limiter(8), 256, start=4, clock=FakeClock())
+        second = AdaptiveConcurrency(Limiter(6), Limiter(12), 256, start=6, clock=FakeClock())
+        share_rows([first, second])
+        together = first.rows.limit
+        for _ in range(30):
+            second.observe(200, {})
+            second.call_succeeded(0.1)
+        return together, first.rows.limit - int(second.limit), second.rows is first.rows
+
+    assert asyncio.run(scenario()) == (10, 4, True)
+    fixed, alone = FixedConcurrency(Limiter(3), Limiter(6), 3), AdaptiveConcurrency(Limiter(5), Limiter(10), 256, start=5)
+    share_rows([fixed, alone])  # a fixed N stays N rows: nothing shared
+    assert (fixed.rows.limit, alone.rows.limit, alone.row_share) == (3, 5, None)

@@ -71,7 +71,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,7 @@ SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate av
 # Weight of the newest call in the average of tokens a call is charged: prompts of 2,000 to
 # 6,000 tokens vary by a third of their mean, which 1/32 averages to about 4%.
 TOKEN_SMOOTHING = 1 / 32
+MIN_PACE = 0.5  # the least share of a stated rate that refusals trim the pace to
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
 BATCH_ROWS = 1_000_000  # no bound: under --geo-batch a row waits for its round, not a slot
@@ -219,12 +220,26 @@ class ConcurrencyStats:
                 "rate_limited": self.rate_limited, "maximum": self.maximum, "start": self.start}
 
 
+class RowShare:
+    """One row limiter for several endpoints' controllers (`share_rows`): sized to the
+    sum of the rows each asks for."""
+
+    def __init__(self, rows: Limiter) -> None:
+        self.rows = rows
+        self.asked: dict[int, int] = {}
+
+    def ask(self, who: object, rows: int) -> None:
+        self.asked[id(who)] = rows
+        self.rows.resize(sum(self.asked.values()))
+
+
 class AdaptiveConcurrency:
     """Turns the runner's row limiter and the client's request limiter together."""
 
     def __init__(self, rows: Limiter, requests: Limiter, maximum: int, start: int = START,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rows = rows
+        self.row_share: RowShare | None = None  # set by share_rows: the rows are several endpoints'
         self.clock = clock  # seconds; the rate and queue rules measure time with it
         self.requests = requests
         self.maximum = max(1, maximum)
@@ -244,6 +259,10 @@ class AdaptiveConcurrency:
         self._token_calls = 0  # calls whose tokens were heard
         self._tokens = 0  # and their tokens
         self._tokens_before = (0, 0)  # both, at the last 429 episode
+        # Share of the headers' rate paced at: held exactly at a bucket's refill rate, the
+        # bucket stays empty and each early request is refused (and its retries too), so
+        # a refusal trims it and successes probe it back (by PROBE a second).
+        self._pace = 1.0
         self._successes = 0  # 2xx responses seen
         self._last_refusal: float | None = None  # when the last 429 cut was made (the clock)
         self._successes_before = 0  # successes seen until a latency after it
@@ -303,12 +322,17 @@ class AdaptiveConcurrency:
         by their tokens, calls that shrink by their number."""
         heard = self._heard_rate()
         if heard is not None:
-            return heard
+            return heard * self._pace
         learned = [r for r in (self._granted, self._per_call(self._granted_tokens)) if r is not None]
         return min(learned) if learned else None
 
     def _heard_rate(self) -> float | None:
-        """Requests per second the headers' limits allow (the tighter), None without them."""
+        """Requests per second the headers' limits allow (the tighter), None without them,
+        or while they state a token limit and no call's tokens are known yet (the first
+        answer's headers come before its tokens): the request limit alone might let
+        through more long prompts than the tokens allow."""
+        if self._token_rate is not None and self._call_tokens is None:
+            return None
         heard = [r for r in (self._rate, self._per_call(self._token_rate)) if r is not None]
         return min(heard) if heard else None
 
@@ -388,6 +412,8 @@ class AdaptiveConcurrency:
         first = self._episode_refused == 1
         if first:
             self._episodes += 1
+            if self._rate_episode and self._heard_rate() is not None:
+                self._pace = max(MIN_PACE, self._pace * TRIM_ON_PRESSURE)
         if not self._rate_episode:
             # The requests out when the episode began, less those it refused, were taken (counted
             # so, not by the requests still out: a busy client reads some answers meanwhile).
@@ -458,12 +484,7 @@ class AdaptiveConcurrency:
         if fastest is not None:
             self._full_pipe(now, fastest)
         cap = self.request_cap
-        if self._granted is not None and self._rate is None and self._token_rate is None and self._window_over():
-            self._probe_granted()  # no headers to say when the rate grows: probe for it, slowly
-        if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
-            self._tested = self._ceiling  # it held a quiet spell
-            self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
-            self._quiet_since = now
+        self._probe(now)
         # At the bound (the mock's rows soon are) nothing below could raise the limit.
         if (self.limit >= self.maximum or not self._window_over() or (cap is not None and self.limit >= cap)
                 or (fastest is not None and self._client_busy(now, fastest))):
@@ -477,6 +498,18 @@ class AdaptiveConcurrency:
         if self.limit < bound:
             self.limit = min(float(bound), self.limit + step)
         self._apply()
+
+    def _probe(self, now: float) -> None:
+        """After a success: the limits learned from refusals are probed upwards, slowly."""
+        if self._granted is not None and self._rate is None and self._token_rate is None and self._window_over():
+            self._probe_granted()  # no headers to say when the rate grows: probe for it, slowly
+        heard = self._heard_rate()
+        if heard is not None and self._pace < 1.0:
+            self._pace = min(1.0, self._pace + PROBE / max(1.0, heard))  # back to the stated rate, 1% a second
+        if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
+            self._tested = self._ceiling  # it held a quiet spell
+            self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
+            self._quiet_since = now
 
     def _probe_granted(self) -> None:
         """The learned rates rise by PROBE requests per second (a token rate by as much
@@ -613,7 +646,10 @@ class AdaptiveConcurrency:
             # pause ended and its timer has not run yet.
             return
         self.reached = max(self.reached, rows)
-        self.rows.resize(rows)
+        if self.row_share is None:
+            self.rows.resize(rows)
+        else:
+            self.row_share.ask(self, rows)
         self.requests.resize(requests)
         applied = (rows, self.requests.limit)
         if applied != self._applied:
@@ -656,6 +692,23 @@ class FixedConcurrency:
 
 
 Controller = AdaptiveConcurrency | FixedConcurrency
+
+
+def share_rows(controllers: Sequence[Controller]) -> None:
+    """Several endpoints' auto controllers (each endpoint its own limits, llm/stack.py)
+    bound the rows in flight together: one row limiter, the first's, sized to the sum of
+    the rows each asks for. A row waits on every endpoint it calls, so under the first
+    endpoint's rows alone an endpoint that needs more in flight (a higher limit, or its
+    rows held up at a slower endpoint) idles below its limit; with the sum each has its
+    own rows' worth, and the rows beyond an endpoint's requests wait for its slots. A
+    fixed --geo-concurrency N stays N rows: nothing is shared then."""
+    adaptive = [c for c in controllers if isinstance(c, AdaptiveConcurrency)]
+    if len(adaptive) < 2 or len(adaptive) != len(controllers):
+        return
+    share = RowShare(adaptive[0].rows)
+    for controller in adaptive:
+        controller.rows, controller.row_share = share.rows, share
+        share.ask(controller, int(controller.limit))
 
 
 def controller_for(fixed: int | None, maximum: int, batch: bool = False, start: int = START) -> Controller:
