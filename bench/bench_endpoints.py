@@ -18,7 +18,10 @@ its limit held over the run (the work over the limit's first second plus a secon
 worth for every second of the run; target >= 90%), the share of its requests refused,
 and its floor; then the run's wall time over the slowest floor (target <= 1.15x).
 
-    python bench/bench_endpoints.py [--rows 600] [--latency 1.0]
+The servers stand for hosted providers, so each endpoint's controller starts where a
+hosted one does (16 rows; `--local-start`: at 1 row, as a loopback server's would).
+
+    python bench/bench_endpoints.py [--rows 1000] [--latency 1.0] [--local-start]
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from common import PROMPTS, fake_server, kettle_rows, timed_evaluate
 
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.judge import Judge
+from pytest_geo.llm import stack
 from pytest_geo.llm.endpoints import Endpoint
-from pytest_geo.settings import Settings
+from pytest_geo.settings import DEFAULT_CONCURRENCY, Settings
 
 HELD_TARGET = 0.90
 WALL_TARGET = 1.15
@@ -57,10 +61,10 @@ class Limit:
 
 LIMITS = [
     Limit("e1", ["--rate", "20"], 20, None, 0, "request headers"),
-    Limit("e2", ["--rate", "22", "--rate-headers", "retry-after"], 22, None, 0, "Retry-After only"),
+    Limit("e2", ["--rate", "20.5", "--rate-headers", "retry-after"], 20.5, None, 0, "Retry-After only"),
     Limit("e3", ["--tokens", "60000"], None, 60_000, 2_300, "token headers"),
     Limit("e4", ["--tokens", "100000", "--rate-headers", "retry-after"], None, 100_000, 4_300, "Retry-After only"),
-    Limit("e5", ["--rate", "30", "--tokens", "120000"], 30, 120_000, 5_000, "request and token headers"),
+    Limit("e5", ["--rate", "30", "--tokens", "115000"], 30, 115_000, 5_000, "request and token headers"),
 ]
 
 
@@ -95,9 +99,13 @@ def held(limit: Limit, served: dict[str, Any], wall: float) -> tuple[float, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=600)
+    parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--latency", type=float, default=1.0, help="every server's latency (long prompts)")
+    parser.add_argument("--local-start", action="store_true",
+                        help="start each endpoint at 1 row, as a loopback server's (default: as a hosted one's)")
     args = parser.parse_args()
+    if not args.local_start:
+        stack.LOCAL_START_CONCURRENCY = DEFAULT_CONCURRENCY  # the servers stand for hosted providers
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as servers:
         directory = Path(tmp)
