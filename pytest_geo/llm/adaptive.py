@@ -51,6 +51,13 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   by Little's law the requests worth keeping in flight are that rate times a call's
   latency, so the request limiter is capped there (a provider's burst allowance would
   otherwise let slow start overshoot far beyond the sustained rate);
+- OpenAI's `x-ratelimit-limit/remaining/reset-tokens` give the tokens it refills: over
+  the tokens a call is charged (its prompt's and its output cap's, `tokens_charged`),
+  the calls a second they allow; the tighter of the two rates paces. Such a stated rate
+  is kept at 0.9 after each refusal that shows it spent, probed back at 1% a second. A
+  429 whose headers show a budget spent is a rate, whatever was in flight. Without
+  headers, the rate learned between 429s (over at least LEARN_SPAN of episodes) is kept
+  in tokens too;
 - a success whose `x-ratelimit-remaining-*` headers show the budget nearly spent (less
   than the requests in flight, or under a tenth of the limit; tokens too) stops the
   growth and trims the limit by a tenth, once per window: the client slows before it is
@@ -103,6 +110,7 @@ SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate av
 # Weight of the newest call in the average of tokens a call is charged: prompts of 2,000 to
 # 6,000 tokens vary by a third of their mean, which 1/32 averages to about 4%.
 TOKEN_SMOOTHING = 1 / 32
+LEARN_SPAN = 2.0  # seconds: a rate is learned over the episodes of at least this long, when there are
 MIN_PACE = 0.5  # the least share of a stated rate that refusals trim the pace to
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
@@ -259,6 +267,8 @@ class AdaptiveConcurrency:
         self._token_calls = 0  # calls whose tokens were heard
         self._tokens = 0  # and their tokens
         self._tokens_before = (0, 0)  # both, at the last 429 episode
+        # (when, successes before, tokens before) of the episodes before the last, for LEARN_SPAN
+        self._marks: deque[tuple[float, int, tuple[int, int]]] = deque(maxlen=32)
         # Share of the headers' rate paced at: held exactly at a bucket's refill rate, the
         # bucket stays empty and each early request is refused (and its retries too), so
         # a refusal trims it and successes probe it back (by PROBE a second).
@@ -402,8 +412,12 @@ class AdaptiveConcurrency:
             self._episode_sent, self._episode_refused = in_flight, 0
             # Refused again as a rate's pause ends: the same budget, still spent (a sliding
             # window's Retry-After undersells when its old admissions age out), not a cap.
+            # Nor is a 429 a cap's with no more out than the resume level: a cap that took
+            # the ceiling a moment ago does not refuse half of it.
+            below = self._resume is not None and in_flight <= self._resume
             self._rate_episode = spent or in_flight <= 1 or (
-                (not resuming or self._rate_episode) and self._tested is not None and in_flight <= self._tested)
+                (not resuming or self._rate_episode or below) and self._tested is not None
+                and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
             if not (resuming and self._rate_episode):  # a rate still spent: no refill measured since
@@ -444,10 +458,15 @@ class AdaptiveConcurrency:
         is taken then: the successes from a latency after the last episode to a latency
         after this one."""
         now = self.clock()
-        if learn and self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
-            asyncio.get_running_loop().call_later(
-                self._latency, self._learn_rate, self._successes_before, now - self._last_refusal,
-                self._tokens_before)
+        if self._last_refusal is not None:
+            self._marks.append((self._last_refusal, self._successes_before, self._tokens_before))
+        if learn and self._marks and self._latency is not None:
+            # Over at least LEARN_SPAN: a window whose Retry-After undersells it is still
+            # spent when its pause ends, so a gap of a few pauses counts few successes.
+            since, before, tokens = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
+                                         self._marks[0])
+            if now > since:
+                asyncio.get_running_loop().call_later(self._latency, self._learn_rate, before, now - since, tokens)
         self._last_refusal = now
         self._successes_before = self._successes
         self._tokens_before = (self._token_calls, self._tokens)
