@@ -15,6 +15,16 @@ several trials of each, side by side in one run.
    >= 90%) and the share of requests answered 429 (target <= 5%); the last lines give the
    worst and the median over the trials. A fixed `--geo-concurrency 16` runs once beside
    them, against the `retry-after` limits.
+   With `--tokens T` (T > 0), two more cases: a token limit of T tokens a second (a
+   provider's tokens a minute, its minute scaled to a second as the requests' is, so
+   the run outlasts the bucket's burst many times; no request limit), each request
+   charged its prompt's tokens and its output cap, prompts of 2,000 to 6,000 tokens
+   (a long query: it is in all three of a row's prompts), `--token-calls` calls at
+   `--token-latency` seconds: `tokens, headers` (OpenAI's `x-ratelimit-*-tokens` on every
+   answer) and `tokens, retry-after` (429s with `Retry-After` only). Each prints the
+   share of the allowed tokens used (the tokens charged over the bucket's first fill
+   plus T a second of the run; target >= 90%) and the share of requests refused
+   (target <= 5%).
 2. No limit: auto's wall time against fixed C=64 (bench_concurrency.py's figure), on the
    same rows (target: auto within 20%).
 
@@ -30,7 +40,7 @@ the same clock: how long the client took to read each burst's first 429, and how
 refusals each episode drew.
 
     python bench/bench_adaptive.py [--trials 5] [--calls 900] [--rate 100] [--max-in-flight 100] [--cap 8] [--latency 0.1]
-                                   [--trace]
+                                   [--tokens 120000] [--token-calls 600] [--token-latency 1.0] [--trace]
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import statistics
 import tempfile
@@ -51,12 +62,14 @@ from typing import Any
 
 from common import PROMPTS, fake_server, kettle_rows, timed_evaluate  # the same rows as bench_concurrency.py
 
-from pytest_geo.data.dataset import GeoRow
+from pytest_geo.data.dataset import GeoRow, iter_dataset
 from pytest_geo.engine.session import GeoSession
 from pytest_geo.llm import adaptive
 from pytest_geo.settings import Settings
 
 CALLS_PER_ROW = 3
+PROMPT_TOKENS = (2_000, 6_000)  # a token case's prompts, tokens as the fake server counts them
+TEMPLATE_TOKENS = 200  # about what the default prompts hold besides the query
 RATE_TARGET = 0.90
 REFUSED_TARGET = 0.05
 EPISODE_GAP = 0.5  # seconds between the server's refusals that start another burst of them
@@ -132,14 +145,26 @@ def run(url: str, batch: list[GeoRow], concurrency: int | str) -> tuple[float, d
     return elapsed, session.concurrency_stats().as_json(), served
 
 
+def long_prompt_rows(n: int, directory: Path, seed: int = 0) -> list[GeoRow]:
+    """n kettle rows whose queries make each of a row's prompts PROMPT_TOKENS long (uniform)."""
+    path, rng = directory / "long.jsonl", random.Random(seed)
+    with path.open("w", encoding="utf-8") as handle:
+        for i, row in enumerate(kettle_rows(n, directory)):
+            filler = " ".join(["context"] * (rng.randint(*PROMPT_TOKENS) - TEMPLATE_TOKENS))
+            handle.write(json.dumps({"query_id": f"r{i}", "query": f"{row.query} {filler}", "target_id": row.target_id,
+                                     "candidates": [c.as_dict() for c in row.candidates]}) + "\n")
+    return [r for r in iter_dataset(path, 0) if isinstance(r, GeoRow)]
+
+
 @dataclass
 class Case:
     name: str
     server: list[str]  # the fake server's limit flags
-    allowed: float  # requests per second the limits allow
+    allowed: float  # requests (a token case: tokens) per second the limits allow
     rates: list[float]  # per trial: throughput / allowed
     refused: list[float]  # per trial: 429s / requests
     cap: int = 0  # the in-flight cap case's cap (0: a rate limit)
+    tokens: bool = False  # a token limit: the share is of the tokens allowed
 
 
 def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: int | str,
@@ -150,6 +175,11 @@ def limited_run(case: Case, latency: float, batch: list[GeoRow], concurrency: in
             wall, stats, served = run(url, batch, concurrency)
     calls = len(batch) * CALLS_PER_ROW
     share, refused = calls / wall / case.allowed, served["rate_limited"] / max(1, served["requests"])
+    if case.tokens:  # the bucket was full after the warm-up: one second's tokens, then T a second
+        share = served["charged_tokens"] / (case.allowed * (1 + wall))
+        print(f"  {case.name}: {served['charged_tokens']} tokens charged = {share:.0%} of the "
+              f"{case.allowed * (1 + wall):.0f} allowed in {wall:.2f}s; of the 429s "
+              f"{served['refused_for_tokens']} for tokens")
     occupancy = f", occupancy {served['busy_seconds'] / wall / case.cap:.0%} of the cap" if case.cap else ""
     print(f"  {case.name}, --geo-concurrency {concurrency}: wall {wall:.2f}s, {calls / wall:.0f} calls/s = "
           f"{share:.0%} of {case.allowed:g}/s, 429s {served['rate_limited']} of {served['requests']} requests = "
@@ -181,6 +211,11 @@ def main() -> None:
     parser.add_argument("--sliding", type=lambda t: [float(x) for x in t.split(",") if x], default=[20.0, 100.0, 500.0],
                         help="rates R of the sliding-window cases (at most R requests in any second, 429s "
                              "with `Retry-After: 0.2` and no rate headers); empty: none")
+    parser.add_argument("--tokens", type=float, default=120_000,
+                        help="the token cases' limit, tokens a second (0: no token cases)")
+    parser.add_argument("--token-calls", type=int, default=600)
+    parser.add_argument("--token-latency", type=float, default=1.0,
+                        help="the token cases' latency: long prompts take longer")
     parser.add_argument("--fixed", type=int, default=16, help="the fixed concurrency run once beside auto (0: none)")
     parser.add_argument("--unlimited-rows", type=int, default=400, help="rows of the no-limit comparison (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="unlimited runs of each; the medians count")
@@ -196,7 +231,10 @@ def main() -> None:
     every += [Case(f"sliding R={r:g}", ["--rate", str(r), "--max-in-flight", str(args.max_in_flight), *retry_after,
                                         "--window", "sliding", "--retry-after", "0.2"], r, [], [])
               for r in args.sliding]
-    cases = [c for c in every if c.name in args.cases.split(",") or c.name.startswith("sliding")]
+    if args.tokens:
+        every += [Case(f"tokens, {kind}", ["--tokens", str(args.tokens), "--rate-headers", kind], args.tokens, [], [],
+                       tokens=True) for kind in ("openai", "retry-after")]
+    cases = [c for c in every if c.name in args.cases.split(",") or c.name.startswith(("sliding", "tokens"))]
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         batch = kettle_rows(args.calls // CALLS_PER_ROW, Path(tmp))
@@ -205,10 +243,16 @@ def main() -> None:
               f"Retry-After: 1), L={args.latency:g}s, {len(batch)} rows = {calls} calls (at R the ideal wall is "
               f"{calls / args.rate:.2f}s; the bucket's first second of burst makes "
               f"{calls / (calls - args.rate):.0%} of R possible)")
+        long_rows = long_prompt_rows(args.token_calls // CALLS_PER_ROW, Path(tmp)) if args.tokens else []
+        if long_rows:
+            print(f"token servers: {args.tokens:g} tokens/s (a minute's limit scaled to a second), "
+                  f"L={args.token_latency:g}s, {len(long_rows)} rows = {len(long_rows) * CALLS_PER_ROW} calls of "
+                  f"{PROMPT_TOKENS[0]:,} to {PROMPT_TOKENS[1]:,} prompt tokens")
         for trial in range(args.trials):
             print(f"trial {trial + 1} of {args.trials}")
             for case in cases:
-                share, refused = limited_run(case, args.latency, batch, "auto", args.trace)
+                rows, latency = (long_rows, args.token_latency) if case.tokens else (batch, args.latency)
+                share, refused = limited_run(case, latency, rows, "auto", args.trace)
                 case.rates.append(share)
                 case.refused.append(refused)
         if args.fixed:

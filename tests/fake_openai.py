@@ -21,7 +21,10 @@ bounding parallel requests counts them; with no rate, `math.inf`, that cap is th
 limit); beyond either, an immediate 429 with `Retry-After`. With headers
 "openai" every answer carries `x-ratelimit-limit/remaining/reset-requests` and a 429 also
 `retry-after-ms`, like the real API; with "retry-after" a 429 says only `Retry-After`
-(whole seconds, as HTTP defines it) and successes say nothing.
+(whole seconds, as HTTP defines it) and successes say nothing. With a token limit
+(`tokens`, `--tokens`) each request is also charged its prompt's tokens and its output
+cap against a bucket of that many tokens a second, and "openai" headers add
+`x-ratelimit-limit/remaining/reset-tokens`.
 
 OpenAI's contract for reasoning models (`reasoning_refusal`): for the model names OpenAI
 serves as reasoning models, and for those in `refuses_temperature` (an unknown new model),
@@ -104,15 +107,18 @@ PRODUCT = re.compile(r"^\[([^\]\n]+)\] (.*)$", re.MULTILINE)  # a product's firs
 
 
 class RateLimit:
-    """A token bucket of `rate` requests per second (capacity: one second's worth) and a
-    cap on requests in flight. `admit` decides one request under the server's lock."""
+    """A token bucket of `rate` requests per second (capacity: one second's worth), a cap
+    on requests in flight, and optionally a bucket of `tokens` tokens per second (capacity:
+    one second's worth: a provider's tokens a minute, its minute scaled to a second as the
+    requests' is), each request charged as OpenAI meters it: its prompt's tokens plus its
+    `max_tokens` (else its answer's). `admit` decides one request under the server's lock."""
 
     def __init__(self, rate: float, max_in_flight: int, headers: str = "openai", window: str = "bucket",
-                 retry_after: str | None = None) -> None:
+                 retry_after: str | None = None, tokens: float | None = None) -> None:
         assert headers in ("openai", "retry-after"), headers
         assert window in ("bucket", "sliding"), window
-        assert math.isfinite(rate) or headers == "retry-after", "rate headers need a finite rate"
-        self.rate = rate  # math.inf: no rate, only the cap on requests in flight
+        assert math.isfinite(rate) or headers == "retry-after" or tokens is not None, "rate headers need a limit"
+        self.rate = rate  # math.inf: no rate, only the cap on requests in flight (and tokens)
         self.max_in_flight = max_in_flight
         self.headers = headers
         # "sliding": at most `rate` admissions in any one-second window (no burst beyond it)
@@ -125,6 +131,10 @@ class RateLimit:
         self.admitted_in_flight = 0  # admitted requests whose answer is not ready yet
         self.busy = 0.0  # admitted requests in flight, integrated over time (request-seconds)
         self._changed = self.stamp
+        self.token_rate = tokens  # tokens per second (None: no token limit)
+        self.token_budget = tokens or 0.0  # the token bucket's content
+        self.charged = 0  # tokens charged to admitted requests
+        self.refused_tokens = 0  # of the refusals, those the token bucket made
 
     def _count(self, change: int) -> None:
         now = time.monotonic()
@@ -135,37 +145,64 @@ class RateLimit:
     def answered(self) -> None:
         self._count(-1)
 
-    def admit(self) -> tuple[bool, dict[str, str]]:
-        """(admitted, headers to send); an admitted request is counted in flight until `answered`."""
-        now = time.monotonic()
+    def _refill(self, now: float) -> None:
         if self.window == "sliding":
             while self.admitted_at and self.admitted_at[0] <= now - 1.0:
                 self.admitted_at.popleft()
             self.tokens = self.rate - len(self.admitted_at)
         else:
             self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        if self.token_rate is not None:
+            self.token_budget = min(self.token_rate, self.token_budget + (now - self.stamp) * self.token_rate)
         self.stamp = now
-        admitted = self.admitted_in_flight < self.max_in_flight and self.tokens >= 1
+
+    def admit(self, cost: int = 0) -> tuple[bool, dict[str, str]]:
+        """(admitted, headers to send) for a request charged `cost` tokens; an admitted
+        request is counted in flight until `answered`."""
+        now = time.monotonic()
+        self._refill(now)
+        short = 0.0 if self.token_rate is None else max(0.0, cost - self.token_budget)
+        admitted = self.admitted_in_flight < self.max_in_flight and self.tokens >= 1 and not short
         if admitted:
             self.tokens -= 1
             self.admitted_at.append(now)
             self._count(1)
+            if self.token_rate is not None:
+                self.token_budget -= cost
+                self.charged += cost
         else:
             self.refused += 1
+            self.refused_tokens += bool(short)
         wait = max(0.0, (1 - self.tokens) / self.rate) if self.tokens < 1 else 0.0
+        if short and self.token_rate:
+            wait = max(wait, short / self.token_rate)
         if self.headers == "retry-after":  # whole seconds: the HTTP header's unit
             if admitted:
                 return admitted, {}
             return admitted, {"Retry-After": self.retry_after or str(max(1, math.ceil(wait)))}
-        headers = {
-            "x-ratelimit-limit-requests": str(int(self.rate)),
-            "x-ratelimit-remaining-requests": str(int(self.tokens)),
-            "x-ratelimit-reset-requests": f"{math.ceil((self.rate - self.tokens) / self.rate * 1000)}ms",
-        }
+        headers = {}
+        if math.isfinite(self.rate):
+            headers.update({
+                "x-ratelimit-limit-requests": str(int(self.rate)),
+                "x-ratelimit-remaining-requests": str(int(self.tokens)),
+                "x-ratelimit-reset-requests": f"{math.ceil((self.rate - self.tokens) / self.rate * 1000)}ms"})
+        if self.token_rate is not None:
+            left = max(0.0, self.token_budget)
+            headers.update({
+                "x-ratelimit-limit-tokens": str(int(self.token_rate)),
+                "x-ratelimit-remaining-tokens": str(int(left)),
+                "x-ratelimit-reset-tokens": f"{math.ceil((self.token_rate - left) / self.token_rate * 1000)}ms"})
         if not admitted:
             wait = max(wait, 0.01)  # in flight full: a slot frees within a round trip
             headers.update({"retry-after-ms": str(math.ceil(wait * 1000)), "retry-after": str(math.ceil(wait))})
         return admitted, headers
+
+
+def charged_tokens(body: dict[str, Any]) -> int:
+    """What a token limit charges a request when it comes (as OpenAI meters it): its
+    prompt's tokens plus its output cap (0 without one; the answer is not known yet)."""
+    cap = body.get("max_completion_tokens", body.get("max_tokens"))
+    return prompt_tokens(body) + (cap if isinstance(cap, int) else 0)
 
 
 class FakeOpenAI(ThreadingHTTPServer):
@@ -291,13 +328,14 @@ class FakeOpenAI(ThreadingHTTPServer):
                 return self.rng.choice(RANDOM_FAULTS)
             return self.always
 
-    def _admit(self) -> tuple[bool, dict[str, str]]:
+    def _admit(self, body: dict[str, Any]) -> tuple[bool, dict[str, str]]:
         """(admitted, rate-limit headers to send) under rate-limit mode; refusals are
         timed in `refused_at`."""
+        if self.rate_limit is None:
+            return True, {}
+        cost = charged_tokens(body) if self.rate_limit.token_rate is not None else 0
         with self.lock:
-            if self.rate_limit is None:
-                return True, {}
-            verdict = self.rate_limit.admit()
+            verdict = self.rate_limit.admit(cost)
             if not verdict[0]:
                 self.refused_at.append(time.monotonic())
             return verdict
@@ -599,6 +637,8 @@ class _Handler(BaseHTTPRequestHandler):
                 stats = {"requests": len(self.server.requests), "max_in_flight": self.server.max_in_flight,
                          "rate_limited": limit.refused if limit is not None else 0,
                          "busy_seconds": limit.busy if limit is not None else 0.0, **self.server.billed,
+                         "charged_tokens": limit.charged if limit is not None else 0,
+                         "refused_for_tokens": limit.refused_tokens if limit is not None else 0,
                          "first_request_at": self.server.first_request_at,
                          "last_answer_at": self.server.last_answer_at,
                          # time.monotonic(), which a process on the same machine shares: a trace's timeline
@@ -629,7 +669,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {}
         server = self.server
-        admitted, limit_headers = server._admit()
+        admitted, limit_headers = server._admit(body)
         answered = not admitted
         with server.lock:
             server.raw_bodies.append(raw)
@@ -829,12 +869,14 @@ def main() -> None:
     parser.add_argument("--window", choices=("bucket", "sliding"), default="bucket",
                         help="rate-limit mode: a token bucket, or at most R in any one-second window")
     parser.add_argument("--retry-after", default=None, help="rate-limit mode: every 429's Retry-After")
+    parser.add_argument("--tokens", type=float, default=None,
+                        help="rate-limit mode: tokens per second (a minute's limit, scaled to a second)")
     args = parser.parse_args()
     server = FakeOpenAI(latency=args.latency)
-    if args.rate is not None or args.max_in_flight is not None:
+    if args.rate is not None or args.max_in_flight is not None or args.tokens is not None:
         rate = math.inf if args.rate is None else args.rate
         in_flight = 10**9 if args.max_in_flight is None else args.max_in_flight
-        server.rate_limit = RateLimit(rate, in_flight, args.rate_headers, args.window, args.retry_after)
+        server.rate_limit = RateLimit(rate, in_flight, args.rate_headers, args.window, args.retry_after, args.tokens)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.05)

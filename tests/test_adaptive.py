@@ -350,6 +350,48 @@ def test_refused_again_as_a_rates_pause_ends_is_the_same_rate_not_a_cap() -> Non
     assert asyncio.run(scenario()) == (9, 9)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("out, ceiling", [(20, 59), (40, 39)])
+def test_refused_as_a_caps_pause_ends_with_fewer_out_than_its_resume_level_is_a_rate(out: int, ceiling: int) -> None:
+    """Slow start overshoots a sliding window (60 out: read as a cap, ceiling 59, resume
+    at 29.5); its `Retry-After` undersells, so the requests are refused again just after
+    the pause. With 20 out, fewer than the resume level, that is no cap (one that took 59
+    a moment ago does not refuse 20): the ceiling stays. With 40 out it may be one: 39."""
+    clock = FakeClock()
+
+    async def scenario() -> int | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 60)
+        clock.now += 1.05
+        _refused_with(controller, out)
+        return controller.ceiling
+
+    assert asyncio.run(scenario()) == ceiling
+
+
+@pytest.mark.unit
+def test_a_rate_is_learned_over_at_least_two_seconds_of_episodes() -> None:
+    """A window whose `Retry-After` undersells is still spent when its pause ends: 250
+    successes in the 2.5 s between two 429s (100/s), then 6 in the 1.2 s to the next
+    (5/s alone). The rate is read over the 3.7 s since the first: 256 / 3.7 = 69/s."""
+    clock = FakeClock()
+
+    async def scenario() -> float | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        for gap, successes in ((0.0, 0), (2.5, 250), (1.2, 6)):
+            clock.now += 0.15
+            for _ in range(successes):
+                controller.observe(200, {})
+            clock.now += gap - 0.15
+            _refused_with(controller, 1)
+        await asyncio.sleep(0.15)  # learned a latency later
+        return controller.allowed_rate
+
+    assert asyncio.run(scenario()) == pytest.approx(256 / 3.7)
+
+
 def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
     loop); the wait it hands the refused request is dropped."""

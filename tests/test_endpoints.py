@@ -415,3 +415,21 @@ def test_a_provider_that_cannot_load_is_named_at_start(geo_project: pytest.Pytes
     result.stderr.fnmatch_lines(["*provider 'msgs' (no_such_module:Provider, entry point group "
                                  "pytest_geo.providers) cannot be loaded: ModuleNotFoundError*"])
     assert "no_such_module" not in sys.modules
+
+
+@pytest.mark.e2e
+@pytest.mark.usefixtures("endpoint_env")
+def test_every_endpoints_auto_controller_adds_its_rows_to_the_runs(servers: dict[str, FakeOpenAI]) -> None:
+    """A row waits on every endpoint it calls, so the rows in flight are the sum of each
+    endpoint's controller's (each loopback endpoint starts at 1 row); a fixed N stays N."""
+    models = {**Settings(prompts_dir=PROMPTS).models, "ranker": "rank/m", "rewriter": "rewrite/m"}
+    stack = build_stack(_settings(servers, models=models))
+    fixed = build_stack(_settings(servers, models=models, concurrency=3))
+    try:
+        rank, rewrite = stack.stacks["rank"].concurrency, stack.stacks["rewrite"].concurrency
+        assert rank.rows is rewrite.rows is stack.concurrency.rows
+        assert stack.concurrency.rows.limit == 2
+        assert fixed.concurrency.rows.limit == 3
+    finally:
+        for built in (stack, fixed):
+            asyncio.run(built.client.aclose())

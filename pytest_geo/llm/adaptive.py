@@ -51,6 +51,13 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   by Little's law the requests worth keeping in flight are that rate times a call's
   latency, so the request limiter is capped there (a provider's burst allowance would
   otherwise let slow start overshoot far beyond the sustained rate);
+- OpenAI's `x-ratelimit-limit/remaining/reset-tokens` give the tokens it refills: over
+  the tokens a call is charged (its prompt's and its output cap's, `tokens_charged`),
+  the calls a second they allow; the tighter of the two rates paces. Such a stated rate
+  is kept at 0.9 after each refusal that shows it spent, probed back at 1% a second. A
+  429 whose headers show a budget spent is a rate, whatever was in flight. Without
+  headers, the rate learned between 429s (over at least LEARN_SPAN of episodes) is kept
+  in tokens too;
 - a success whose `x-ratelimit-remaining-*` headers show the budget nearly spent (less
   than the requests in flight, or under a tenth of the limit; tokens too) stops the
   growth and trims the limit by a tenth, once per window: the client slows before it is
@@ -71,7 +78,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +107,11 @@ PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a s
 CEILING_PROBE = 15.0  # seconds without a 429 before a learned ceiling of requests in flight rises by one
 THROUGHPUT_CALLS = 128  # finished calls whose pace measures a bottleneck's throughput
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
+# Weight of the newest call in the average of tokens a call is charged: prompts of 2,000 to
+# 6,000 tokens vary by a third of their mean, which 1/32 averages to about 4%.
+TOKEN_SMOOTHING = 1 / 32
+LEARN_SPAN = 2.0  # seconds: a rate is learned over the episodes of at least this long, when there are
+MIN_PACE = 0.5  # the least share of a stated rate that refusals trim the pace to
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
 BATCH_ROWS = 1_000_000  # no bound: under --geo-batch a row waits for its round, not a slot
@@ -155,15 +167,16 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return max(known) if known else None
 
 
-def refill_rate(headers: Mapping[str, str]) -> float | None:
-    """Requests per second the server gives back: (limit - remaining) within the reset
-    time ("the time until the rate limit resets to its initial state")."""
+def refill_rate(headers: Mapping[str, str], kind: str = "requests") -> float | None:
+    """Requests (`kind` "tokens": tokens) per second the server gives back: (limit -
+    remaining) within the reset time ("the time until the rate limit resets to its
+    initial state"); None unless all three headers are usable numbers."""
     try:
-        limit = int(headers["x-ratelimit-limit-requests"])
-        remaining = int(headers["x-ratelimit-remaining-requests"])
+        limit = int(headers[f"x-ratelimit-limit-{kind}"])
+        remaining = int(headers[f"x-ratelimit-remaining-{kind}"])
     except (KeyError, ValueError):
         return None
-    reset = parse_duration(headers.get("x-ratelimit-reset-requests", ""))
+    reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
     if reset is None or reset < MIN_RESET or remaining >= limit or remaining < 0:
         return None
     return (limit - remaining) / reset
@@ -184,6 +197,21 @@ def budget_low(headers: Mapping[str, str], requests_in_flight: int) -> bool:
     return False
 
 
+def budget_spent(headers: Mapping[str, str], call_tokens: float | None) -> bool:
+    """A 429's `x-ratelimit-*` headers say a rate's budget ran out (no request left, or
+    fewer tokens than a call is charged, or than LOW_BUDGET of the limit while that is not
+    known): it refused the pace, not the requests in flight."""
+    for kind, need in (("requests", 1.0), ("tokens", call_tokens)):
+        try:
+            remaining = int(headers[f"x-ratelimit-remaining-{kind}"])
+            limit = int(headers[f"x-ratelimit-limit-{kind}"])
+        except (KeyError, ValueError):
+            continue
+        if limit > 0 and 0 <= remaining < (need if need is not None else LOW_BUDGET * limit):
+            return True
+    return False
+
+
 @dataclass
 class ConcurrencyStats:
     """What the summary and the JSON report show; plain data, crosses xdist processes."""
@@ -200,12 +228,26 @@ class ConcurrencyStats:
                 "rate_limited": self.rate_limited, "maximum": self.maximum, "start": self.start}
 
 
+class RowShare:
+    """One row limiter for several endpoints' controllers (`share_rows`): sized to the
+    sum of the rows each asks for."""
+
+    def __init__(self, rows: Limiter) -> None:
+        self.rows = rows
+        self.asked: dict[int, int] = {}
+
+    def ask(self, who: object, rows: int) -> None:
+        self.asked[id(who)] = rows
+        self.rows.resize(sum(self.asked.values()))
+
+
 class AdaptiveConcurrency:
     """Turns the runner's row limiter and the client's request limiter together."""
 
     def __init__(self, rows: Limiter, requests: Limiter, maximum: int, start: int = START,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.rows = rows
+        self.row_share: RowShare | None = None  # set by share_rows: the rows are several endpoints'
         self.clock = clock  # seconds; the rate and queue rules measure time with it
         self.requests = requests
         self.maximum = max(1, maximum)
@@ -219,6 +261,18 @@ class AdaptiveConcurrency:
         self._fastest: float | None = None  # the lowest smoothed latency seen
         self._rate: float | None = None  # requests per second the server refills, smoothed
         self._granted: float | None = None  # requests per second learned between 429s
+        self._token_rate: float | None = None  # tokens per second the server refills (its headers), smoothed
+        self._granted_tokens: float | None = None  # tokens per second learned between 429s
+        self._call_tokens: float | None = None  # tokens a call is charged (tokens_charged), smoothed
+        self._token_calls = 0  # calls whose tokens were heard
+        self._tokens = 0  # and their tokens
+        self._tokens_before = (0, 0)  # both, at the last 429 episode
+        # (when, successes before, tokens before) of the episodes before the last, for LEARN_SPAN
+        self._marks: deque[tuple[float, int, tuple[int, int]]] = deque(maxlen=32)
+        # Share of the headers' rate paced at: held exactly at a bucket's refill rate, the
+        # bucket stays empty and each early request is refused (and its retries too), so
+        # a refusal trims it and successes probe it back (by PROBE a second).
+        self._pace = 1.0
         self._successes = 0  # 2xx responses seen
         self._last_refusal: float | None = None  # when the last 429 cut was made (the clock)
         self._successes_before = 0  # successes seen until a latency after it
@@ -257,12 +311,57 @@ class AdaptiveConcurrency:
         """Requests worth keeping in flight: at the rate the server grants (Little's law:
         the refill rate its headers give, else the rate learned between its 429s) and
         within the ceiling its 429s showed."""
-        rate = self._rate if self._rate is not None else self._granted
-        cap = None if rate is None or self._latency is None else max(1, math.ceil(rate * self._latency - 1e-9))
+        rate, heard = self.allowed_rate, self._heard_rate() is not None
+        cap = None
+        if rate is not None and self._latency is not None:
+            # A rate the headers state is never exceeded (rounded down: above it, the budget
+            # drains by the excess until refused); one learned from 429s is probed (up).
+            held = rate * self._latency
+            cap = max(1, math.floor(held + 1e-9) if heard else math.ceil(held - 1e-9))
         if self._ceiling is None:
             return cap  # 10.000000001 requests is 10
         ceiling = self._ceiling if self._resume is None else max(1, min(self._ceiling, int(self._resume)))
         return ceiling if cap is None else min(cap, ceiling)
+
+    @property
+    def allowed_rate(self) -> float | None:
+        """Requests per second the server grants: the tighter of the limits its headers
+        give (its requests', and its tokens' over the tokens a call is charged), else of
+        those its 429s taught. Without headers nothing says whether requests or tokens
+        ran out, so an episode's budget counts both, and calls that grow since are paced
+        by their tokens, calls that shrink by their number."""
+        heard = self._heard_rate()
+        if heard is not None:
+            return heard * self._pace
+        learned = [r for r in (self._granted, self._per_call(self._granted_tokens)) if r is not None]
+        return min(learned) if learned else None
+
+    def _heard_rate(self) -> float | None:
+        """Requests per second the headers' limits allow (the tighter), None without them,
+        or while they state a token limit and no call's tokens are known yet (the first
+        answer's headers come before its tokens): the request limit alone might let
+        through more long prompts than the tokens allow."""
+        if self._token_rate is not None and self._call_tokens is None:
+            return None
+        heard = [r for r in (self._rate, self._per_call(self._token_rate)) if r is not None]
+        return min(heard) if heard else None
+
+    def _per_call(self, tokens_per_second: float | None) -> float | None:
+        """Calls per second a token rate allows at the tokens a call is charged."""
+        if tokens_per_second is None or not self._call_tokens:
+            return None
+        return tokens_per_second / self._call_tokens
+
+    def tokens_charged(self, tokens: int) -> None:
+        """A call was answered, charged `tokens` by a token limit (its prompt's and its
+        output cap's, as OpenAI meters one): the pace a token rate allows is that rate
+        over a call's tokens."""
+        if tokens <= 0:
+            return
+        self._call_tokens = tokens if self._call_tokens is None else (
+            (1 - TOKEN_SMOOTHING) * self._call_tokens + TOKEN_SMOOTHING * tokens)
+        self._token_calls += 1
+        self._tokens += tokens
 
     def observe(self, status: int, headers: Mapping[str, str]) -> Awaitable[None] | None:
         """One HTTP response (header names lower-case); for a 429, the wait for a slot
@@ -273,7 +372,7 @@ class AdaptiveConcurrency:
             self.rate_limited += 1
             pause = retry_after(headers)
             pause = DEFAULT_PAUSE if pause is None else min(pause, MAX_PAUSE)
-            self._refused(self.requests.in_use, pause)
+            self._refused(self.requests.in_use, pause, budget_spent(headers, self._call_tokens))
             self.requests.pause_until(asyncio.get_running_loop().time() + pause)
             self._cut(CUT_ON_429)
             return self.requests.requeue()
@@ -289,18 +388,22 @@ class AdaptiveConcurrency:
             rate = refill_rate(headers)
             if rate is not None:
                 self._rate = _smooth(self._rate, rate)
+            rate = refill_rate(headers, "tokens")
+            if rate is not None:
+                self._token_rate = _smooth(self._token_rate, rate)
             if budget_low(headers, self.requests.in_use):
                 self._cut(TRIM_ON_PRESSURE)
         return None
 
-    def _refused(self, in_flight: int, pause: float) -> None:
+    def _refused(self, in_flight: int, pause: float, spent: bool = False) -> None:
         """A 429 with `in_flight` requests out, the refused one included, asking for
         `pause` seconds. The first of an episode (no pause holding requests back) says
         what kind of limit refused it. A cap: refused within a round trip of the last
         pause's end (the server said its budget would be back by then: it refuses the
         requests sent at once, not their pace), or with more in flight than it took; a
         rate: refused with nothing else in flight, or within what it took. A cap's
-        episode lowers the ceiling to the requests it took."""
+        episode lowers the ceiling to the requests it took. `spent`: the 429's rate headers
+        say a budget ran out: a rate, whatever was in flight."""
         now = self._quiet_since = self.clock()
         self._pause_end = max(self._pause_end, now + pause)
         if now >= self._episode_end:
@@ -309,8 +412,12 @@ class AdaptiveConcurrency:
             self._episode_sent, self._episode_refused = in_flight, 0
             # Refused again as a rate's pause ends: the same budget, still spent (a sliding
             # window's Retry-After undersells when its old admissions age out), not a cap.
-            self._rate_episode = in_flight <= 1 or (
-                (not resuming or self._rate_episode) and self._tested is not None and in_flight <= self._tested)
+            # Nor is a 429 a cap's with no more out than the resume level: a cap that took
+            # the ceiling a moment ago does not refuse half of it.
+            below = self._resume is not None and in_flight <= self._resume
+            self._rate_episode = spent or in_flight <= 1 or (
+                (not resuming or self._rate_episode or below) and self._tested is not None
+                and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
             if not (resuming and self._rate_episode):  # a rate still spent: no refill measured since
@@ -319,6 +426,8 @@ class AdaptiveConcurrency:
         first = self._episode_refused == 1
         if first:
             self._episodes += 1
+            if self._rate_episode and self._heard_rate() is not None:
+                self._pace = max(MIN_PACE, self._pace * TRIM_ON_PRESSURE)
         if not self._rate_episode:
             # The requests out when the episode began, less those it refused, were taken (counted
             # so, not by the requests still out: a busy client reads some answers meanwhile).
@@ -349,16 +458,29 @@ class AdaptiveConcurrency:
         is taken then: the successes from a latency after the last episode to a latency
         after this one."""
         now = self.clock()
-        if learn and self._last_refusal is not None and self._latency is not None and now > self._last_refusal:
-            asyncio.get_running_loop().call_later(
-                self._latency, self._learn_rate, self._successes_before, now - self._last_refusal)
+        if self._last_refusal is not None:
+            self._marks.append((self._last_refusal, self._successes_before, self._tokens_before))
+        if learn and self._marks and self._latency is not None:
+            # Over at least LEARN_SPAN: a window whose Retry-After undersells it is still
+            # spent when its pause ends, so a gap of a few pauses counts few successes.
+            since, before, tokens = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
+                                         self._marks[0])
+            if now > since:
+                asyncio.get_running_loop().call_later(self._latency, self._learn_rate, before, now - since, tokens)
         self._last_refusal = now
         self._successes_before = self._successes
+        self._tokens_before = (self._token_calls, self._tokens)
 
-    def _learn_rate(self, successes_before: int, seconds: float) -> None:
+    def _learn_rate(self, successes_before: int, seconds: float, tokens_before: tuple[int, int]) -> None:
+        """The granted rate, in requests and (for calls whose tokens were heard) in tokens
+        per second: the requests granted times the mean call of the same span."""
         self._granted = (self._successes - successes_before) / seconds
-        trace.debug("granted rate at %.3f: %.1f requests/s (%d successes in %.3fs)", self.clock(), self._granted,
-                    self._successes - successes_before, seconds)
+        calls, tokens = self._token_calls - tokens_before[0], self._tokens - tokens_before[1]
+        if calls:
+            self._granted_tokens = self._granted * tokens / calls
+        trace.debug("granted rate at %.3f: %.1f requests/s (%d successes in %.3fs), %s tokens/s", self.clock(),
+                    self._granted, self._successes - successes_before, seconds,
+                    "none" if self._granted_tokens is None else f"{self._granted_tokens:.0f}")
         self._apply()
 
     def call_succeeded(self, seconds: float) -> None:
@@ -381,12 +503,7 @@ class AdaptiveConcurrency:
         if fastest is not None:
             self._full_pipe(now, fastest)
         cap = self.request_cap
-        if self._granted is not None and self._rate is None and self._window_over():
-            self._granted += PROBE  # no headers to say when the rate grows: probe for it, slowly
-        if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
-            self._tested = self._ceiling  # it held a quiet spell
-            self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
-            self._quiet_since = now
+        self._probe(now)
         # At the bound (the mock's rows soon are) nothing below could raise the limit.
         if (self.limit >= self.maximum or not self._window_over() or (cap is not None and self.limit >= cap)
                 or (fastest is not None and self._client_busy(now, fastest))):
@@ -400,6 +517,26 @@ class AdaptiveConcurrency:
         if self.limit < bound:
             self.limit = min(float(bound), self.limit + step)
         self._apply()
+
+    def _probe(self, now: float) -> None:
+        """After a success: the limits learned from refusals are probed upwards, slowly."""
+        if self._granted is not None and self._rate is None and self._token_rate is None and self._window_over():
+            self._probe_granted()  # no headers to say when the rate grows: probe for it, slowly
+        heard = self._heard_rate()
+        if heard is not None and self._pace < 1.0:
+            self._pace = min(1.0, self._pace + PROBE / max(1.0, heard))  # back to the stated rate, 1% a second
+        if self._ceiling is not None and now - self._quiet_since >= self._probe_wait:
+            self._tested = self._ceiling  # it held a quiet spell
+            self._ceiling += 1  # nor does anything say when a cap on requests in flight grows: one more
+            self._quiet_since = now
+
+    def _probe_granted(self) -> None:
+        """The learned rates rise by PROBE requests per second (a token rate by as much
+        in proportion)."""
+        assert self._granted is not None
+        if self._granted_tokens is not None and self._granted > 0:
+            self._granted_tokens *= 1 + PROBE / self._granted
+        self._granted += PROBE
 
     def _slower(self, now: float, seconds: float) -> bool:
         """A call's time joins the latency averages; True if it showed a queue and cut.
@@ -528,7 +665,10 @@ class AdaptiveConcurrency:
             # pause ended and its timer has not run yet.
             return
         self.reached = max(self.reached, rows)
-        self.rows.resize(rows)
+        if self.row_share is None:
+            self.rows.resize(rows)
+        else:
+            self.row_share.ask(self, rows)
         self.requests.resize(requests)
         applied = (rows, self.requests.limit)
         if applied != self._applied:
@@ -563,11 +703,31 @@ class FixedConcurrency:
     def call_succeeded(self, seconds: float) -> None:
         pass
 
+    def tokens_charged(self, tokens: int) -> None:
+        pass
+
     def stats(self) -> ConcurrencyStats:
         return ConcurrencyStats(self.mode, self.limit, self.limit, self.rate_limited)
 
 
 Controller = AdaptiveConcurrency | FixedConcurrency
+
+
+def share_rows(controllers: Sequence[Controller]) -> None:
+    """Several endpoints' auto controllers (each endpoint its own limits, llm/stack.py)
+    bound the rows in flight together: one row limiter, the first's, sized to the sum of
+    the rows each asks for. A row waits on every endpoint it calls, so under the first
+    endpoint's rows alone an endpoint that needs more in flight (a higher limit, or its
+    rows held up at a slower endpoint) idles below its limit; with the sum each has its
+    own rows' worth, and the rows beyond an endpoint's requests wait for its slots. A
+    fixed --geo-concurrency N stays N rows: nothing is shared then."""
+    adaptive = [c for c in controllers if isinstance(c, AdaptiveConcurrency)]
+    if len(adaptive) < 2 or len(adaptive) != len(controllers):
+        return
+    share = RowShare(adaptive[0].rows)
+    for controller in adaptive:
+        controller.rows, controller.row_share = share.rows, share
+        share.ask(controller, int(controller.limit))
 
 
 def controller_for(fixed: int | None, maximum: int, batch: bool = False, start: int = START) -> Controller:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from pytest_geo.llm import factory
-from pytest_geo.llm.adaptive import Controller, controller_for
+from pytest_geo.llm.adaptive import Controller, controller_for, share_rows
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ServerUnusable
 from pytest_geo.llm.bounded import BoundedClient
 from pytest_geo.llm.breaker import Breaker
@@ -100,7 +100,8 @@ def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger
     hold = getattr(backend, "hold_requests", None)
     if callable(hold):  # and hold a request about to be sent during a server's pause
         hold(concurrency.requests.hold)
-    bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded)
+    bounded = BoundedClient(sender, concurrency.requests, on_success=concurrency.call_succeeded,
+                            on_tokens=concurrency.tokens_charged)
     # The breaker trips after as many consecutive failed calls as there are request slots
     # at the start (each already retried): every call in flight failed, then as many again.
     breaker = Breaker(with_budget(bounded, settings, ledger), getattr(backend, "base_url", None),
@@ -141,7 +142,8 @@ class ClientStack:
     backend may be given: a conftest's client); `client` routes each request by its model.
     The endpoints of `needed` (role, model) pairs are built at once, so a missing key or
     a broken provider is an error before any call; the first one's concurrency
-    controller bounds the rows in flight (its model is the ranker's, called twice a row)."""
+    controller bounds the rows in flight (its model is the ranker's, called twice a row),
+    with the rows every other endpoint's controller asks for added under auto."""
 
     def __init__(self, settings: Settings, client: ChatClient | None = None,
                  needed: Iterable[tuple[str, str]] | None = None,
@@ -164,6 +166,8 @@ class ClientStack:
             primary = primary or stack
         if primary is None:
             primary = self.route(settings.models["ranker"])[0]
+        # Every endpoint's rows in flight at once: none waits on another's (llm/adaptive.py)
+        share_rows([primary.concurrency, *(s.concurrency for s in self.stacks.values() if s is not primary)])
         self.primary = primary
         self.concurrency = primary.concurrency
         self.backend = primary.backend
