@@ -313,11 +313,18 @@ def test_a_cached_input_price_is_read_from_geo_prices_and_never_above_the_input_
 
 # A worker killed mid-run ------------------------------------------------------------------
 
+# The worker is known by its config, not PYTEST_XDIST_WORKER: under an outer `-n 2` the
+# in-process run's controller is itself an outer worker, perhaps gw1, and was killed.
 KILL_GW1_CONFTEST = '''
 import os, signal
 
+IS_GW1 = []
+
+def pytest_configure(config):
+    IS_GW1.append(getattr(config, "workerinput", {}).get("workerid") == "gw1")
+
 def pytest_runtest_logreport(report):
-    if os.environ.get("PYTEST_XDIST_WORKER") == "gw1" and report.when == "call" and not os.path.exists("killed"):
+    if IS_GW1 and IS_GW1[-1] and report.when == "call" and not os.path.exists("killed"):
         open("killed", "w").close()
         os.kill(os.getpid(), signal.SIGKILL)  # after its calls settled in the ledger, before its usage is sent
 '''
