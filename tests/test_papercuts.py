@@ -298,7 +298,8 @@ def test_egeo_optimize_holds_to_a_budget(tmp_path: Path, monkeypatch: pytest.Mon
     copy_prompts(tmp_path / "prompts")
     assert main(optimize_args(fake_openai.url, "--budget-tokens", "3000", "--no-cache")) == 1
     err = capsys.readouterr().err
-    assert "budget: " in err and "tokens spent of 3,000; budget reached: " in err
+    # a call cut off as the budget ran out is charged as unknown, between the two parts, under load
+    assert "budget: " in err and "tokens spent of 3,000" in err and "; budget reached: " in err
     assert sum(fake_openai.billed.values()) <= 3000
 
 
