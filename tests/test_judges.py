@@ -529,3 +529,19 @@ def test_egeo_an_endpoint_down_mid_run_fails_only_its_judge(
     rows = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["rows"]
     assert all(row["judges"][name]["error"] is None for row in rows for name in ("a", "c"))
     assert [row["judges"]["b"]["error"] is not None for row in rows].count(True) == 4 - printed["judges"]["b"]["n"]
+
+
+@pytest.mark.e2e
+def test_a_judge_on_an_endpoint_gets_its_models_sized_output_cap(
+        pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI]) -> None:
+    """`ep1/gpt-4o-mini` is OpenAI's chat model behind a path: its cap is sized to the
+    ranking, as the same model's on the default server, not the 4,096 of unknown names."""
+    panel_project(pytester, four_servers)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", four_servers["default"].url,
+        "--geo-judge", "a=gpt-4o-mini", "--geo-judge", "b=ep1/gpt-4o-mini", "--geo-no-cache")
+    result.assert_outcomes(passed=3)
+    default_caps = {r["body"]["max_tokens"] for r in four_servers["default"].requests
+                    if "ordered_ids" in json.dumps(r["body"]["messages"])}
+    endpoint_caps = {r["body"]["max_tokens"] for r in four_servers["ep1"].requests}
+    assert endpoint_caps == default_caps and max(endpoint_caps) < 1000
