@@ -123,9 +123,10 @@ def test_egeo_score_with_cached_judges_calls_only_rank_after(egeo_dir: Path, fak
           "--judge", "gpt5=judge-a", "--judge", "claude=judge-b"])
     asked = models_asked(fake_openai)
     assert "rewrite-model" not in asked
-    # the before-rankings come from the fixture's caches: rank_after alone is asked, 20 a judge
-    assert (asked.count("judge-a"), asked.count("judge-b")) == (20, 20)
-    assert len(asked) == 40
+    # the before-rankings come from the fixture's caches: rank_after alone is asked, 20 a judge,
+    # less claude's of 10133, which its cache leaves out (that cell cannot be scored)
+    assert (asked.count("judge-a"), asked.count("judge-b")) == (20, 19)
+    assert len(asked) == 39
 
 
 @pytest.mark.e2e

@@ -99,8 +99,7 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
     judges = engine.judges
     shown = engine.shown(row.candidates)
     calls = _Calls({j.name: [] for j in judges}, [], {j.name: [] for j in judges})
-    befores = {j.name: asyncio.ensure_future(_rank_before(engine, row, j, before, calls.before[j.name]))
-               for j in judges}
+    befores = {j.name: _before(engine, row, j, before, calls.before[j.name]) for j in judges}
     try:
         rewritten = await engine.rewrite(row, prompts, calls.rewrite, rewriter_model)
     except asyncio.CancelledError:
@@ -121,11 +120,25 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
     return _outcome(row, rewritten, error, not_run, violations, calls.in_order(judges), cells)
 
 
+def _before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Before | None,
+            calls: list[ModelCall]) -> asyncio.Future[Judgement]:
+    """The judge's rank_before, started; a cached one (E-GEO's judges' before-rankings
+    ship as files) is read at once, so a query its cache leaves out is known to fail
+    before the judge's rank_after is asked."""
+    done: asyncio.Future[Judgement] = asyncio.get_running_loop().create_future()
+    try:
+        cached = cached_order(row, judge.name)
+    except ValueError as exc:
+        done.set_exception(exc)
+        return done
+    if cached is None:
+        return asyncio.ensure_future(_rank_before(engine, row, judge, before, calls))
+    done.set_result(Judgement(list(cached), cached_flags(row, judge.name)))
+    return done
+
+
 async def _rank_before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Before | None,
                        calls: list[ModelCall]) -> Judgement:
-    cached = cached_order(row, judge.name)  # E-GEO's judges' before-rankings ship as files
-    if cached is not None:
-        return Judgement(list(cached), cached_flags(row, judge.name))
     order, made = await (_ranked_before(engine, row, judge) if before is None else before(judge))
     calls.extend(ModelCall(**c) for c in made)
     return order
@@ -133,15 +146,19 @@ async def _rank_before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Bef
 
 async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitable[Judgement],
                   after_shown: Shown, calls: list[ModelCall]) -> JudgeOutcome:
-    """One judge's cell once its rank_before and rank_after are in; either failing leaves it empty."""
+    """One judge's cell once its rank_before and rank_after are in; either failing leaves
+    it empty, and a rank_before that has failed already asks nothing more."""
+    failed = before.exception() if isinstance(before, asyncio.Future) and before.done() and not before.cancelled() \
+        else None
+    if isinstance(failed, Exception):
+        return _failed(judge, failed)
     after = engine.ranking(row, after_shown, calls, "rank_after", judge)
     got = await asyncio.gather(before, after, return_exceptions=True)
     for result in got:
         if isinstance(result, BaseException):
             if not isinstance(result, Exception):
                 raise result
-            return JudgeOutcome(judge.name, error=_naming_model(one_line(result), judge),
-                                not_run=isinstance(result, ServerUnusable))
+            return _failed(judge, result)
     judged_before, judged_after = got
     assert isinstance(judged_before, Judgement) and isinstance(judged_after, Judgement)
     was, now = place(judged_before, row.target_id), place(judged_after, row.target_id)
@@ -149,9 +166,13 @@ async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitabl
                         flagged_before=was.flagged, flagged_after=now.flagged)
 
 
-def _naming_model(error: str, judge: Judge) -> str:
-    """The error saying which model (and so which endpoint, `ep2/m`) the judge asked."""
-    return error if judge.model in error else f"{error} (model {judge.model})"
+def _failed(judge: Judge, exc: BaseException) -> JudgeOutcome:
+    """The judge's empty cell: the error saying which model (and so which endpoint,
+    `ep2/m`) the judge asked, and whether its server was found unusable."""
+    error = one_line(exc)
+    if judge.model not in error:
+        error = f"{error} (model {judge.model})"
+    return JudgeOutcome(judge.name, error=error, not_run=isinstance(exc, ServerUnusable))
 
 
 def _panel_error(cells: list[JudgeOutcome]) -> tuple[str | None, bool]:
