@@ -57,8 +57,13 @@ class Plan:
         return sum(line.calls for line in self.lines.values())
 
 
+def message_tokens(text: str) -> int:
+    """A message's tokens, estimated: its text's and the chat format's around it."""
+    return MESSAGE_TOKENS + math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
 def estimated_tokens(request: ChatRequest) -> int:
-    return sum(MESSAGE_TOKENS + math.ceil(len(m.get("content", "")) / CHARS_PER_TOKEN) for m in request.messages)
+    return sum(message_tokens(m.get("content", "")) for m in request.messages)
 
 
 class PlanClient:
@@ -88,7 +93,7 @@ def _cached_prefix(line: Line, request: ChatRequest) -> int:
     if first.get("role") != "system":
         return 0
     text = first.get("content", "")
-    tokens = MESSAGE_TOKENS + math.ceil(len(text) / CHARS_PER_TOKEN)
+    tokens = message_tokens(text)
     if tokens < CACHEABLE_PREFIX_TOKENS:
         return 0
     if text in line.system_prompts:
@@ -112,15 +117,15 @@ def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
     return plan
 
 
-def _endpoint(model: str, settings: Settings) -> tuple[str, str, bool]:
-    """(the endpoint's name, the model name sent there, whether its calls go in batches)."""
+def _endpoint(model: str, settings: Settings) -> tuple[str, bool]:
+    """(the endpoint's name, whether its calls go in batches)."""
     try:
-        endpoint, sent = resolve(model, settings.endpoints)
+        endpoint = resolve(model, settings.endpoints)[0]
     except (EndpointError, ProviderError):
-        return "default", model, settings.batch
+        endpoint = None
     if endpoint is None:
-        return "default", sent, settings.batch
-    return endpoint.name, sent, settings.batch and endpoint.batch
+        return "default", settings.batch
+    return endpoint.name, settings.batch and endpoint.batch
 
 
 def _price(model: str, settings: Settings) -> Price | None:
@@ -135,7 +140,7 @@ def plan_lines(plan: Plan, settings: Settings) -> list[str]:
     out = [f"geo plan: {plan.rows} rows, {plan.calls} model calls (no model was called)"]
     total, full, unpriced = 0, 0, []
     for (role, model, judge), line in sorted(plan.lines.items(), key=lambda item: (item[0][2], item[0][:2])):
-        endpoint, sent, batched = _endpoint(model, settings)
+        endpoint, batched = _endpoint(model, settings)
         price = _price(model, settings)
         cost = price.nanodollars(line.prompt_tokens, line.output_tokens, batched, line.cached_tokens) \
             if price else None
