@@ -179,13 +179,19 @@ def _run_rows(geo: GeoSession, rows: list[GeoRow], progress: RunProgress | None)
         yield geo.outcome(row)
 
 
-def evaluate(args: argparse.Namespace) -> int:
+def _project_settings(args: argparse.Namespace) -> tuple[Settings, str]:
+    """The settings in the project's configuration, and where the dataset came from when
+    --dataset did not name it (then set on `args`)."""
     project = find_config()
     found = ""
     if args.dataset is None:
         args.dataset, source = project_dataset(project)
         found = f" (from {source})"
-    settings = _settings(args, project)
+    return _settings(args, project), found
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    settings, found = _project_settings(args)
     args.reads = f"egeo: dataset {args.dataset}{found}; prompts {describe_prompts(settings.prompts_dir)}"
     if settings.sequential and len(settings.variants) < 2:
         build_parser().error("--sequential needs two or more --variant to compare")
@@ -397,10 +403,7 @@ def plan(args: argparse.Namespace) -> int:
     """evaluate's rows through its pipeline with a client that sends nothing (engine/plan.py)."""
     from pytest_geo.engine.plan import plan_lines, plan_run
 
-    project = find_config()
-    if args.dataset is None:
-        args.dataset, _ = project_dataset(project)
-    settings = _settings(args, project)
+    settings = _project_settings(args)[0]
     check_query_blind(settings)
     jobs, problems = _jobs(args.dataset, settings)
     for _, problem in problems:
