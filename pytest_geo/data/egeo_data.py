@@ -143,14 +143,6 @@ def _numbers(value: Any) -> list[str] | None:
     return [str(n) for n in value]
 
 
-def _ranking(value: Any) -> list[str] | None:
-    """A cached entry's before-ranking as product ids ("1" to "n"), or None when it has
-    none (`results` null, or older caches' JSON string without a ranking)."""
-    results = _results(value)
-    ranking = _numbers(results.get("ranking")) if results is not None else None
-    return ranking or None
-
-
 def cached_order(row: GeoRow, judge: str) -> tuple[str, ...] | None:
     """The judge's cached before-ranking of an E-GEO row (product ids, best first); None
     when the row is not E-GEO data or the judge has no cache there. A ValueError when the
@@ -185,16 +177,26 @@ def _rankings(path: Path, judge: str) -> dict[str, list[str]] | None:
 
 @functools.lru_cache(maxsize=32)
 def _flags(path: Path, judge: str) -> dict[str, list[str]] | None:
+    cached = _cached(path, judge)
+    if cached is None:
+        return None
+    return {query_id: flags for query_id, (_, flags) in cached.items() if flags is not None}
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(path: Path, judge: str) -> dict[str, tuple[list[str] | None, list[str] | None]] | None:
+    """Each query's (ranking, questionable products) in the judge's cache, the file read
+    and its entries parsed once for both; None when the judge has no cache."""
     entries = _cache_entries(path, judge)
     if entries is None:
         return None
-    flags = {}
+    cached = {}
     for query_id, value in entries.items():
         results = _results(value)
-        listed = _numbers(results.get("questionable_products")) if results is not None else None
-        if listed is not None:
-            flags[str(query_id)] = listed
-    return flags
+        if results is not None:
+            cached[str(query_id)] = (_numbers(results.get("ranking")) or None,
+                                     _numbers(results.get("questionable_products")))
+    return cached
 
 
 def _cache_entries(path: Path, judge: str) -> dict[str, Any] | None:
@@ -211,12 +213,7 @@ def cached_before_rankings(path: Path | str, judge: str) -> dict[str, list[str]]
     best first), or None when the judge has no cache (not one of CACHED_JUDGES, or no file).
     A query missing from the cache, or whose entry holds no ranking, is left out: the
     benchmark drops it for that judge."""
-    entries = _cache_entries(Path(path), judge)
-    if entries is None:
+    cached = _cached(Path(path), judge)
+    if cached is None:
         return None
-    rankings = {}
-    for query_id, value in entries.items():
-        ranking = _ranking(value)
-        if ranking is not None:
-            rankings[str(query_id)] = ranking
-    return rankings
+    return {query_id: ranking for query_id, (ranking, _) in cached.items() if ranking is not None}
