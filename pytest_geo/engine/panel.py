@@ -144,12 +144,11 @@ async def _rank_before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Bef
     return order
 
 
-async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: Awaitable[Judgement],
+async def _judged(engine: GeoEngine, row: GeoRow, judge: Judge, before: asyncio.Future[Judgement],
                   after_shown: Shown, calls: list[ModelCall]) -> JudgeOutcome:
     """One judge's cell once its rank_before and rank_after are in; either failing leaves
     it empty, and a rank_before that has failed already asks nothing more."""
-    failed = before.exception() if isinstance(before, asyncio.Future) and before.done() and not before.cancelled() \
-        else None
+    failed = before.exception() if before.done() and not before.cancelled() else None
     if isinstance(failed, Exception):
         return _failed(judge, failed)
     after = engine.ranking(row, after_shown, calls, "rank_after", judge)
