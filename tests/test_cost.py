@@ -67,7 +67,8 @@ def test_a_model_without_price_shows_tokens_only(served_project: GeoProject) -> 
     assert data["cost"]["total"] is None and data["cost"]["unpriced_roles"] == ["ranker"]
     ranker = next(line for line in result.stdout.lines if line.startswith("  ranker:"))
     assert "completion_tokens=" in ranker and "$" not in ranker
-    result.stdout.fnmatch_lines(["cost: unknown, no price for the model of ranker (add it to the ini option geo_prices)*"])
+    result.stdout.fnmatch_lines(["cost: unknown, no price for the model of ranker (the built-in prices are OpenAI's, for its own API only; "
+                                 "add it to the ini option geo_prices)*"])
 
 
 @pytest.mark.plugin

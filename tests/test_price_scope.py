@@ -40,7 +40,8 @@ def test_a_local_server_is_unpriced_without_geo_prices(served_project: GeoProjec
     result.stdout.fnmatch_lines([
         "  ranker: calls=4 cache_hits=0 retries=0 errors=0 prompt_tokens=800 completion_tokens=80",
         "  rewriter: calls=2 cache_hits=0 retries=0 errors=0 prompt_tokens=400 completion_tokens=40",
-        "cost: unknown, no price for the model of ranker, rewriter (add it to the ini option geo_prices); "
+        "cost: unknown, no price for the model of ranker, rewriter (the built-in prices are OpenAI's, for its own API "
+        "only; add it to the ini option geo_prices); "
         "tokens above"])
     assert "$" not in result.stdout.str()
     data = report(served_project)

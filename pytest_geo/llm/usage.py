@@ -130,7 +130,8 @@ def cost_line(usage: Mapping[str, Mapping[str, int]], price_option: str = "the i
             return (f"cost: unknown, the server reported no usable token counts for {calls:,} "
                     f"{'call' if calls == 1 else 'calls'} of {', '.join(unreported)}; tokens above")
         return (f"cost: unknown, no price for the model of {', '.join(unpriced_roles(usage))} "
-                f"(add it to {price_option}); tokens above")
+                f"(the built-in prices are OpenAI's, for its own API only; add it to {price_option}); "
+                "tokens above")
     line = f"cost: {format_dollars(total[0])} at list prices ({PRICES_DATE} table and geo_prices)"
     if any(c.get("cache_hits", 0) for c in usage.values()):
         line += f"; cache hits saved {format_dollars(total[1])}"
