@@ -321,3 +321,44 @@ def test_egeo_prints_the_flag_rates_and_the_red_team_summary_too(
             "live 0.0000 -> 1.0000 (n=2) | panel 0.0000 -> 1.0000 (n=2)") in err
     assert "red-team attacks of " in err
     assert "  injection: gpt5 -1.5000 +/- 0.5000, flagged 1.0000 +/- 0.0000 (n=2) | live -7.5000 +/- 1.5000" in err
+
+
+@pytest.mark.plugin
+def test_with_repeats_a_row_is_flagged_when_any_repeat_flagged_it(pytester: pytest.Pytester) -> None:
+    egeo_copy(pytester.path, flag_target_of="10007")
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-mock", "-p", "no:cacheprovider",
+                                "--geo-judge", "gpt5=m1", "--geo-judge", "live=m2", "--geo-variant", "injection",
+                                "--geo-variant", "simple", "-k", "10000 or 10007", "--geo-repeats", "2",
+                                "--geo-report", "r.json")
+    result.assert_outcomes(passed=4, deselected=36)
+    report = json.loads((pytester.path / "r.json").read_text())
+    rows = {f"{r['query_id']}[{r['variant']}]": r for r in report["rows"]}
+    for name in ("gpt5", "live"):
+        assert rows["10000[injection]"]["judges"][name]["flagged_after"] is True
+        assert rows["10000[simple]"]["judges"][name]["flagged_after"] is False
+    assert rows["10007[simple]"]["judges"]["gpt5"]["flagged_before"] is True  # its cache, in both repeats
+    rates = {s["suite"]: s["flag_rates"] for s in report["suites"] if "flag_rates" in s}
+    assert {suite: steps["gpt5"]["after"]["flagged"] for suite, steps in rates.items()} == {
+        "egeo/test_data.json[injection]": 2, "egeo/test_data.json[simple]": 0}
+    result.stdout.fnmatch_lines(["*flagged as questionable (before -> after): gpt5 0.5000 -> 1.0000 (n=2)*"])
+
+
+@pytest.mark.plugin
+def test_with_repeats_the_ranker_alone_keeps_its_flags(pytester: pytest.Pytester) -> None:
+    egeo_copy(pytester.path)
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-mock", "-p", "no:cacheprovider",
+                                "--geo-variant", "injection", "-k", "10000", "--geo-repeats", "3",
+                                "--geo-report", "r.json")
+    result.assert_outcomes(passed=1, deselected=19)
+    row = rows_of(pytester.path / "r.json")["10000[injection]"]
+    assert (row["flagged_before"], row["flagged_after"]) == (False, True)
+    assert [run["flagged_after"] for run in row["repeats"]] == [True, True, True]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("flags", "row"), [([None, None], None), ([None, False], False), ([False, True], True),
+                                            ([True, None], True)])
+def test_a_repeated_rows_flag_is_any_repeats(flags: list[bool | None], row: bool | None) -> None:
+    from pytest_geo.engine.experiment import any_flagged
+
+    assert any_flagged(flags) is row

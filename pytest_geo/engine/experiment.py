@@ -561,6 +561,10 @@ class RepeatedOutcome:
         )
         if runs[0].judges:
             fields["judges"] = self._judges()
+        if (flagged := any_flagged([o.flagged_before for o in runs])) is not None:
+            fields["flagged_before"] = flagged
+        if (flagged := any_flagged([o.flagged_after for o in runs])) is not None:
+            fields["flagged_after"] = flagged
         return fields
 
     def _judges(self) -> dict[str, dict[str, Any]]:
@@ -577,7 +581,19 @@ class RepeatedOutcome:
                 "error": error,
                 "order_before": next((list(j.order_before) for j in mine if j.order_before), []),
             }
+            if (flagged := any_flagged([j.flagged_before for j in mine])) is not None:
+                cells[name]["flagged_before"] = flagged
+            if (flagged := any_flagged([j.flagged_after for j in mine])) is not None:
+                cells[name]["flagged_after"] = flagged
         return cells
+
+
+def any_flagged(flags: list[bool | None]) -> bool | None:
+    """A repeated row is flagged when the judge listed the target as questionable in any
+    repeat (each repeat's rewrite is one a user could ship, as with new facts); None when
+    no repeat's answer had the list."""
+    known = [f for f in flags if f is not None]
+    return any(known) if known else None
 
 
 def judge_noise(ranks_before: list[float | None]) -> float | None:
