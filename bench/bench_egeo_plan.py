@@ -10,7 +10,7 @@ The data is made up here in the benchmark's shapes; the sizes are assumptions, p
 products of about 1,000 characters (title, features, description) and judge system
 prompts of about 3,000 tokens ("several thousand" in the benchmark's description).
 
-    python bench/bench_egeo_plan.py [--queries 2000] [--system-tokens 3000] [--anthropic-cache]
+    python bench/bench_egeo_plan.py [--queries 2000] [--system-tokens 3000]
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ JUDGES = {
 }
 REWRITER = ("openai/gpt-4.1", 500)
 # The repository's prices (input / output per million); cached input where the provider
-# caches a repeated prefix by itself: OpenAI's cached-input prices. Anthropic's cache reads
-# (0.1x its input) need `cache_control` marks pytest-geo does not send: --anthropic-cache.
-# Each under the name its endpoint is sent (OpenRouter's `anthropic/...`), as a run charges it.
+# caches a repeated prefix: OpenAI's cached-input prices, and Anthropic's cache reads (0.1x
+# its input) and 5-minute cache writes (1.25x), since pytest-geo marks Claude's long system
+# prompt with `cache_control` through OpenRouter. Each under the name its endpoint is sent
+# (OpenRouter's `anthropic/...`), as a run charges it.
 LIST_PRICES = {
     "gpt-4.1": "2.00, 8.00",
     "gpt-5": "1.25, 10.00",
@@ -46,8 +47,7 @@ LIST_PRICES = {
     "deepseek/deepseek-v3.2": "0.50, 2.00",
     "meta-llama/llama-4-maverick": "0.20, 1.00",
 }
-CACHED_INPUT = {"gpt-4.1": "0.50", "gpt-5": "0.125"}
-ANTHROPIC_CACHED_INPUT = {"anthropic/claude-sonnet-4.5": "0.30"}
+CACHED_INPUT = {"gpt-4.1": "0.50", "gpt-5": "0.125", "anthropic/claude-sonnet-4.5": "0.30, 3.75"}
 
 
 def write_data(directory: Path, queries: int, product_chars: int) -> None:
@@ -120,14 +120,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--system-tokens", type=int, default=3000, help="each judge's system prompt, about")
     parser.add_argument("--product-chars", type=int, default=1000, help="each product's text, about")
-    parser.add_argument("--anthropic-cache", action="store_true",
-                        help="price Claude's system prompt at Anthropic's cache-read price (needs cache_control)")
     args = parser.parse_args()
-    cached = {**CACHED_INPUT, **(ANTHROPIC_CACHED_INPUT if args.anthropic_cache else {})}
     with tempfile.TemporaryDirectory() as tmp:
         runs = {}
         for label, prices, batch in (("as E-GEO's script pays", {}, False),
-                                     ("as pytest-geo runs it", cached, True)):
+                                     ("as pytest-geo runs it", CACHED_INPUT, True)):
             directory = Path(tmp) / label.replace(" ", "_").replace("'", "")
             write_data(directory / "data", args.queries, args.product_chars)
             write_project(directory, args.system_tokens, prices)

@@ -281,7 +281,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(None, "glob patterns of YAML suite files", ini="geo_suite_files", ini_type="args",
            ini_default=["*.geo.yaml"], shown_default="*.geo.yaml"),
     Option(None, "model prices in dollars per million tokens, one 'model = input_per_million, "
-           "output_per_million[, cached_input_per_million]' a line", ini="geo_prices", ini_type="linelist"),
+           "output_per_million[, cached_input_per_million[, cache_write_per_million]]' a line", ini="geo_prices",
+           ini_type="linelist"),
     Option(None, "servers a model names by its prefix (NAME/model), added to or overriding the known providers "
            "(openai, openrouter, anthropic, gemini, deepseek, together, groq, mistral, fireworks, ollama): one "
            "'NAME = BASE_URL [KEY_VARIABLE]' a line in the ini, egeo's --endpoint NAME=URL[,KEY_VARIABLE] "

@@ -368,6 +368,14 @@ class FakeOpenAI(ThreadingHTTPServer):
 CURRENT_PROMPT = re.compile(r"<<<\n(.*)\n>>>", re.S)  # the meta prompt's current template
 
 
+def text_of(content: object) -> str:
+    """A message's text: the string, or its content parts' texts joined (the protocol's
+    other form, which carries a part's `cache_control` mark)."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
 def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str, str] | None = None) -> str:
     """The content a sensible model would give, computed from the prompt text.
 
@@ -376,8 +384,8 @@ def answer_for(body: dict[str, Any], fault: str | None = None, headers: dict[str
     `echo_key`: the key in escaped forms only decoding reveals (`key_forms`): in the
     rewrite, or as an extra id of the ranking."""
     messages = body.get("messages", [])
-    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
-    user = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    system = text_of(next((m["content"] for m in messages if m.get("role") == "system"), ""))
+    user = text_of(next((m["content"] for m in messages if m.get("role") == "user"), ""))
     if fault == "malformed":
         return "Sorry, I cannot help with ranking today."
     if fault == "overloaded":
@@ -467,7 +475,7 @@ def count_tokens(text: str) -> int:
 
 def prompt_tokens(body: dict[str, Any]) -> int:
     """Each message's text, 4 tokens of chat format around it, 3 priming the answer."""
-    return 3 + sum(4 + count_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
+    return 3 + sum(4 + count_tokens(text_of(m.get("content", ""))) for m in body.get("messages", []))
 
 
 def _key(headers: dict[str, str] | None) -> str:

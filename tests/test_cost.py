@@ -102,7 +102,8 @@ def test_a_bad_price_line_is_a_usage_error_naming_the_line(served_project: GeoPr
     result = served_project.run(str(served_project.dataset(1)))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: ini option geo_prices: line 2 'gpt-x = cheap': expected "
-                                 "'model = input_per_million, output_per_million[, cached_input_per_million]'"])
+                                 "'model = input_per_million, output_per_million[, cached_input_per_million"
+                                 "[, cache_write_per_million]]'"])
 
 
 @pytest.mark.unit

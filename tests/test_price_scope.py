@@ -109,7 +109,8 @@ def test_egeo_names_the_file_and_line_of_a_bad_price(tmp_path: Path, monkeypatch
     assert main(["evaluate", "--dataset", "rows.jsonl", "--mock"]) == 2
     assert capsys.readouterr().err == (
         f"egeo: error: {tmp_path / 'pyproject.toml'}: ini option geo_prices: line 2 'gpt = cheap': expected "
-        "'model = input_per_million, output_per_million[, cached_input_per_million]'\n")
+        "'model = input_per_million, output_per_million[, cached_input_per_million[, cache_write_per_million]]'"
+        "\n")
 
 
 @pytest.mark.e2e

@@ -43,6 +43,7 @@ class Line:
     prompt_tokens: int = 0
     output_tokens: int = 0  # each call's output cap: the worst case
     cached_tokens: int = 0  # of prompt_tokens, system prompts sent before (the prompt cache's)
+    written_tokens: int = 0  # of prompt_tokens, system prompts sent the first time (written to the cache)
     system_prompts: set[str] = field(default_factory=set)
 
 
@@ -78,7 +79,9 @@ class PlanClient:
         line = self.plan.lines.setdefault(key, Line())
         line.calls += 1
         line.prompt_tokens += estimated_tokens(request)
-        line.cached_tokens += _cached_prefix(line, request)
+        cached, written = _cached_prefix(line, request)
+        line.cached_tokens += cached
+        line.written_tokens += written
         line.output_tokens += request.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
         return await self.mock.complete(request)
 
@@ -86,20 +89,22 @@ class PlanClient:
         return None
 
 
-def _cached_prefix(line: Line, request: ChatRequest) -> int:
-    """The tokens of the request's system prompt when this role and model sent it before
-    and it is long enough for a provider's prompt cache; else 0."""
+def _cached_prefix(line: Line, request: ChatRequest) -> tuple[int, int]:
+    """(read, written): the tokens of the request's system prompt, when it is long enough
+    for a provider's prompt cache, as read from the cache (this role and model sent it
+    before) or written to it (the first time, at the cache-write price where the model
+    has one); (0, 0) for a short one."""
     first = request.messages[0] if request.messages else {}
     if first.get("role") != "system":
-        return 0
+        return 0, 0
     text = first.get("content", "")
     tokens = message_tokens(text)
     if tokens < CACHEABLE_PREFIX_TOKENS:
-        return 0
+        return 0, 0
     if text in line.system_prompts:
-        return tokens
+        return tokens, 0
     line.system_prompts.add(text)
-    return 0
+    return 0, tokens
 
 
 def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
@@ -142,7 +147,8 @@ def plan_lines(plan: Plan, settings: Settings) -> list[str]:
     for (role, model, judge), line in sorted(plan.lines.items(), key=lambda item: (item[0][2], item[0][:2])):
         endpoint, batched = _endpoint(model, settings)
         price = _price(model, settings)
-        cost = price.nanodollars(line.prompt_tokens, line.output_tokens, batched, line.cached_tokens) \
+        cost = price.nanodollars(line.prompt_tokens, line.output_tokens, batched, line.cached_tokens,
+                                 line.written_tokens) \
             if price else None
         total += cost or 0
         full += price.nanodollars(line.prompt_tokens, line.output_tokens) if price else 0

@@ -63,6 +63,7 @@ class ChatResponse:
     # call is charged its reservation (llm/budget.py) and its cost is unknown (llm/usage.py).
     usage_reported: bool = True
     cached_input_tokens: int = 0  # of prompt_tokens, those the provider's prompt cache served (priced lower)
+    cache_write_tokens: int = 0  # of prompt_tokens, those written to a cache the request asked for
 
 
 class ModelError(Exception):

@@ -324,4 +324,5 @@ def _outcome(line: dict[str, Any], batch_id: str, scrub: Callable[[str], str],
         return f"batch {batch_id}: {scrub(str(exc))}"
     return ChatResponse(text=redact(fields.text), prompt_tokens=fields.prompt_tokens,
                         completion_tokens=fields.completion_tokens, batch=True, finish_reason=fields.finish_reason,
-                        usage_reported=fields.usage_reported, cached_input_tokens=fields.cached_input_tokens)
+                        usage_reported=fields.usage_reported, cached_input_tokens=fields.cached_input_tokens,
+                        cache_write_tokens=fields.cache_write_tokens)

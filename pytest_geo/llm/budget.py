@@ -113,14 +113,16 @@ class BudgetClient:
         prompt = prompt_token_bound(request)
         cap = reserved_cap(request) if with_cap else 0
         price = self.prices.get(request.model)
-        nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles) if price is not None else 0
+        # every prompt token at the higher of the input and cache-write prices: an upper bound
+        nanousd = price.nanodollars(prompt, cap, request.role in self.batch_roles, written_tokens=prompt) \
+            if price is not None else 0
         return Cost(nanousd, prompt + cap)
 
     def actual(self, request: ChatRequest, response: ChatResponse) -> Cost:
         price = self.prices.get(request.model)
         tokens = response.prompt_tokens + response.completion_tokens
         nanousd = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch,
-                                    response.cached_input_tokens) if price else 0
+                                    response.cached_input_tokens, response.cache_write_tokens) if price else 0
         return Cost(nanousd, tokens)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:

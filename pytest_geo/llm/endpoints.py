@@ -28,12 +28,19 @@ class Endpoint:
     key_variable: str | None = None
     provider: str | None = None
     batch: bool = False  # offers the OpenAI Batch API (--geo-batch); other endpoints are called directly
+    # Models (by name prefix) whose provider caches a prompt only where the request marks it
+    # (`cache_control`): their long system prompts are marked (llm/profiles.py, with_cache_mark).
+    cache_marks: tuple[str, ...] = ()
 
 
 # Each provider's OpenAI-compatible base URL and key variable, from its own documentation.
 KNOWN: Mapping[str, Endpoint] = {
     "openai": Endpoint("openai", "https://api.openai.com/v1", "OPENAI_API_KEY", batch=True),
-    "openrouter": Endpoint("openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    # OpenRouter's prompt-caching guide: Anthropic's models cache only marked content parts.
+    # (Anthropic's own OpenAI-compatible endpoint ignores the marks: its docs send caching
+    # to the native API.)
+    "openrouter": Endpoint("openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY",
+                           cache_marks=("anthropic/",)),
     "anthropic": Endpoint("anthropic", "https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
     "gemini": Endpoint("gemini", "https://generativelanguage.googleapis.com/v1beta/openai", "GEMINI_API_KEY"),
     "deepseek": Endpoint("deepseek", "https://api.deepseek.com", "DEEPSEEK_API_KEY"),
@@ -93,8 +100,9 @@ def parse_endpoint(text: str) -> Endpoint:
     from pytest_geo.llm.providers import registered_endpoint
 
     known = KNOWN.get(name) or registered_endpoint(name)
+    # A known name moved to another URL (a proxy, a test server) keeps what the name offers.
     return Endpoint(name, url.rstrip("/"), key, provider=known.provider if known else None,
-                    batch=known.batch if known else False)
+                    batch=known.batch if known else False, cache_marks=known.cache_marks if known else ())
 
 
 def parse_endpoint_lines(lines: Iterable[str]) -> dict[str, Endpoint]:

@@ -19,7 +19,16 @@ from dataclasses import fields, replace
 from typing import Any
 
 from pytest_geo.llm.base import ChatClient, ChatRequest, ChatResponse, ModelError, RequestRefused
-from pytest_geo.llm.profiles import ROW_CODES, Lesson, ShapedRequest, apply_lessons, family, lesson_for, request_body
+from pytest_geo.llm.profiles import (
+    ROW_CODES,
+    Lesson,
+    ShapedRequest,
+    apply_lessons,
+    family,
+    lesson_for,
+    request_body,
+    with_cache_mark,
+)
 
 STRUCTURED_PARAM = "response_format"
 
@@ -49,8 +58,10 @@ class HealingClient:
 
     def __init__(self, inner: ChatClient, structured: str = "auto", reasoning_effort: str | None = None,
                  lessons: Iterable[Lesson] = (), on_unfixable: OnUnfixable | None = None,
-                 probe: bool = True, on_learn: Callable[[Lesson], None] | None = None) -> None:
+                 probe: bool = True, on_learn: Callable[[Lesson], None] | None = None,
+                 cache_marks: tuple[str, ...] = ()) -> None:
         self.inner = inner
+        self.cache_marks = cache_marks  # models whose long system prompts are marked for caching
         self.structured = structured
         self.reasoning_effort = reasoning_effort
         self.on_unfixable = on_unfixable
@@ -70,6 +81,8 @@ class HealingClient:
         if request.reasoning_effort is None and self.reasoning_effort is not None:
             request = replace(request, reasoning_effort=self.reasoning_effort)
         body = request_body(request, structured=self.structured != "off")
+        if request.model.startswith(self.cache_marks):
+            body = with_cache_mark(body)
         return shaped(request, apply_lessons(body, self._lessons.get(request.model, {})))
 
     async def complete(self, request: ChatRequest) -> ChatResponse:

@@ -166,6 +166,7 @@ class OpenAIChatClient:
             finish_reason=fields.finish_reason,
             usage_reported=fields.usage_reported,
             cached_input_tokens=fields.cached_input_tokens,
+            cache_write_tokens=fields.cache_write_tokens,
         )
 
     async def _post(self, request: ChatRequest, retries: int | None = None) -> Any:
@@ -261,6 +262,7 @@ class Completion(NamedTuple):
     finish_reason: str | None
     usage_reported: bool
     cached_input_tokens: int  # of the prompt tokens, those the provider's prompt cache served
+    cache_write_tokens: int  # of the others, those written to a cache the request asked for
 
 
 def completion_fields(completion: object) -> Completion:
@@ -269,7 +271,8 @@ def completion_fields(completion: object) -> Completion:
     type reads as none (no text, no finish reason); token counts that are not believable
     (`is_token_count`) read as 0, with usage not reported, so the call is charged what was
     reserved for it and its cost is unknown; cached input tokens (OpenAI's
-    `usage.prompt_tokens_details.cached_tokens`) count only when at most the prompt's.
+    `usage.prompt_tokens_details.cached_tokens`) count only when at most the prompt's, and
+    cache-write tokens (OpenRouter's `cache_write_tokens` there) only when at most the rest.
     Raises NotAnAnswer for a body that is not a chat completion, or text holding a lone
     surrogate."""
     raw = completion
@@ -293,11 +296,13 @@ def completion_fields(completion: object) -> Completion:
     finish = first.get("finish_reason")
     finish = finish if isinstance(finish, str) else None
     if not (is_token_count(prompt) and is_token_count(answer)):
-        return Completion(text, 0, 0, finish, False, 0)
+        return Completion(text, 0, 0, finish, False, 0, 0)
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    details = details if isinstance(details, dict) else {}
+    cached, written = details.get("cached_tokens"), details.get("cache_write_tokens")  # OpenRouter's name
     cached = cached if is_token_count(cached) and cached <= prompt else 0
-    return Completion(text, prompt, answer, finish, True, cached)
+    written = written if is_token_count(written) and written <= prompt - cached else 0
+    return Completion(text, prompt, answer, finish, True, cached, written)
 
 
 def _preview(raw: object) -> str:

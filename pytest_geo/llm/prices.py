@@ -12,8 +12,12 @@ that is not in the table has no cost, never a guessed one.
 Prompt tokens a provider served from its prompt cache (a repeated prefix; OpenAI reports
 them as `usage.prompt_tokens_details.cached_tokens`) cost the model's cached-input price,
 where it has one (models without prompt caching have none: those tokens cost the input
-price). A cached-input price is never above the input price, so a reservation priced at
-the input price (llm/budget.py) stays an upper bound.
+price). A cached-input price is never above the input price. Prompt tokens written to a
+cache the request asked for (an Anthropic model's long system prompt, marked with
+`cache_control` through OpenRouter: llm/endpoints.py; reported as
+`usage.prompt_tokens_details.cache_write_tokens`) cost the model's cache-write price,
+never below the input price, so a reservation pricing every prompt token at the higher
+of the two (llm/budget.py) stays an upper bound.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ BUILTIN_PRICES: Mapping[str, Price] = {
 # Dollars per million tokens no model costs (a dollar a token): a price of 1e308 made every
 # cost infinite, and every row failed converting it to whole nano-dollars.
 MAX_PRICE = 100_000.0
-PRICE_LINE_FORMAT = "model = input_per_million, output_per_million[, cached_input_per_million]"
+PRICE_LINE_FORMAT = ("model = input_per_million, output_per_million[, cached_input_per_million"
+                     "[, cache_write_per_million]]")
 
 
 class PriceError(ValueError):
@@ -56,8 +61,8 @@ class PriceError(ValueError):
 
 
 def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
-    """`model = input_per_million, output_per_million[, cached_input_per_million]` per
-    line; blank lines and `#` comments are skipped. Raises PriceError naming the line."""
+    """`PRICE_LINE_FORMAT` per line; blank lines and `#` comments are skipped. Raises
+    PriceError naming the line."""
     prices: dict[str, Price] = {}
     for number, raw in enumerate(lines, start=1):
         text = raw.split("#", 1)[0].strip()
@@ -66,7 +71,7 @@ def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
         model, sep, listed = text.partition("=")
         parts = [p.strip() for p in listed.split(",")]
         try:
-            if not sep or not model.strip() or len(parts) not in (2, 3):
+            if not sep or not model.strip() or len(parts) not in (2, 3, 4):
                 raise ValueError
             values = [float(part) for part in parts]
         except ValueError:
@@ -77,6 +82,9 @@ def parse_price_lines(lines: Iterable[str]) -> dict[str, Price]:
         price = Price(*values)
         if price.cached_input_per_million is not None and price.cached_input_per_million > price.input_per_million:
             raise PriceError(f"line {number} {raw.strip()!r}: the cached-input price must be at most the input price")
+        if price.cache_write_per_million is not None and price.cache_write_per_million < price.input_per_million:
+            # the budget reserves every prompt token at the write price: an upper bound only if it is the highest
+            raise PriceError(f"line {number} {raw.strip()!r}: the cache-write price must be at least the input price")
         prices[model.strip()] = price
     return prices
 

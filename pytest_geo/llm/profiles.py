@@ -78,6 +78,25 @@ def sized_cap(model: str, reasoning_effort: str | None, content_bytes: int, ceil
     return min(ceiling, ANSWER_ROOM + content_bytes)
 
 
+# A prompt shorter than this is not cached (Anthropic's minimum for Sonnet and Opus); at
+# about 4 characters a token, a system prompt is marked from 4,096 characters on.
+CACHE_MARK_MIN_CHARS = 1024 * 4
+
+
+def with_cache_mark(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with its system prompt marked for the provider's prompt cache
+    (`cache_control`, ephemeral: 5 minutes from its last use), when it is long enough to
+    be cached: a judge's system prompt of thousands of tokens, sent with every row, is
+    then read at a tenth of the input price instead of paid in full each time."""
+    messages = body["messages"]
+    first = messages[0] if messages else {}
+    text = first.get("content")
+    if first.get("role") != "system" or not isinstance(text, str) or len(text) < CACHE_MARK_MIN_CHARS:
+        return body
+    marked = {**first, "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}
+    return {**body, "messages": [marked, *messages[1:]]}
+
+
 def request_body(request: ChatRequest, structured: bool = True) -> dict[str, Any]:
     """The JSON body the model's family accepts for `request`; `structured` False never
     sends a response format (--geo-structured off)."""

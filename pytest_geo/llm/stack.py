@@ -81,9 +81,10 @@ def remembered_lessons(settings: Settings, backend: ChatClient) -> tuple[list[Le
 
 
 def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger | None = None,
-                         name: str | None = None) -> EndpointStack:
+                         name: str | None = None, cache_marks: tuple[str, ...] = ()) -> EndpointStack:
     """Every layer over one endpoint's `backend` (`name`: the endpoint's, for messages;
-    None for the default server); `ledger`: the run's budget, shared by every endpoint."""
+    None for the default server); `ledger`: the run's budget, shared by every endpoint;
+    `cache_marks`: the endpoint's (llm/endpoints.py)."""
     sender = backend
     batching = settings.batch and not settings.mock  # the mock answers at once: nothing to batch
     if batching:
@@ -110,7 +111,7 @@ def build_endpoint_stack(settings: Settings, backend: ChatClient, ledger: Ledger
     remembered, remember = remembered_lessons(settings, backend)
     healing = HealingClient(cached, structured=settings.structured, reasoning_effort=settings.reasoning_effort,
                             lessons=remembered, on_unfixable=breaker.refused, probe=not batching,
-                            on_learn=remember)
+                            on_learn=remember, cache_marks=cache_marks)
     # The mock costs nothing; a server other than OpenAI's API has only geo_prices (llm/prices.py).
     prices = {} if settings.mock else price_table(settings.prices, server_url(settings.base_url))
     usage = UsageClient(healing, prices)
@@ -204,7 +205,9 @@ class ClientStack:
             backend = self._given or factory.build_client(settings)
         if self._wrap is not None:
             backend = self._wrap(backend)
-        return build_endpoint_stack(settings, backend, self.ledger, None if endpoint is None else describe(endpoint))
+        if endpoint is None:
+            return build_endpoint_stack(settings, backend, self.ledger)
+        return build_endpoint_stack(settings, backend, self.ledger, describe(endpoint), endpoint.cache_marks)
 
     def failed(self, model: str, why: str) -> str:
         """A stack that could not be built at a call: its endpoint stops like a tripped breaker."""

@@ -13,7 +13,8 @@ tokens only (llm/prices.py: never a guessed cost).
 `batch_calls` counts calls answered through the Batch API (--geo-batch), whose tokens are
 priced at the Batch API's discount.
 `cached_input_tokens` counts the prompt tokens the provider's prompt cache served (a
-repeated prefix), priced at the model's cached-input price (llm/prices.py).
+repeated prefix), priced at the model's cached-input price (llm/prices.py), and
+`cache_write_tokens` those written to a cache the request asked for, at its cache-write price.
 `unreported_usage` counts answers whose server reported no believable usage (missing,
 null, not whole numbers, negative, absurd): their tokens are unknown, so the role's cost
 is shown as unknown, never as the zero their tokens read as (the budget charges each
@@ -33,7 +34,7 @@ from pytest_geo.price import Price
 
 FIELDS = ("calls", "cache_hits", "retries", "errors", "prompt_tokens", "completion_tokens",
           "cached_prompt_tokens", "cached_completion_tokens", "cost_nanousd", "saved_nanousd", "unpriced_calls",
-          "batch_calls", "cache_rejected", "unreported_usage", "cached_input_tokens")
+          "batch_calls", "cache_rejected", "unreported_usage", "cached_input_tokens", "cache_write_tokens")
 UsageTable = dict[str, dict[str, int]]  # role -> field -> count; plain data, crosses processes
 
 
@@ -82,6 +83,8 @@ def usage_lines(usage: Mapping[str, Mapping[str, int]]) -> list[str]:
             line += f" cache_rejected={c['cache_rejected']}"
         if c.get("cached_input_tokens"):
             line += f" cached_input_tokens={c['cached_input_tokens']}"
+        if c.get("cache_write_tokens"):
+            line += f" cache_write_tokens={c['cache_write_tokens']}"
         if c.get("unreported_usage"):
             line += f" unreported_usage={c['unreported_usage']}"
         if is_priced(c):
@@ -178,7 +181,7 @@ class UsageClient:
             raise
         price = self.prices.get(request.model)
         cost = price.nanodollars(response.prompt_tokens, response.completion_tokens, response.batch,
-                                 response.cached_input_tokens) if price else 0
+                                 response.cached_input_tokens, response.cache_write_tokens) if price else 0
         if price is None:
             counts["unpriced_calls"] += 1
         if response.cached:
@@ -192,6 +195,7 @@ class UsageClient:
             counts["cache_rejected"] += response.cache_rejected
             counts["unreported_usage"] += not response.usage_reported
             counts["cached_input_tokens"] += response.cached_input_tokens
+            counts["cache_write_tokens"] += response.cache_write_tokens
             counts["prompt_tokens"] += response.prompt_tokens
             counts["completion_tokens"] += response.completion_tokens
             counts["cost_nanousd"] += cost
