@@ -263,13 +263,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if run is not None:
         session.config.stash[ITEMS] = session.items
         run.collected(session.items)
-    if session.config.getoption("geo_plan"):
-        print_plan(session)
-    if any(isinstance(item, GeoRowItem) for item in session.items):
+    plan = session.config.getoption("geo_plan")
+    if plan or any(isinstance(item, GeoRowItem) for item in session.items):
         from pytest_geo.data.dataset import DatasetError
         from pytest_geo.templates import PromptError
 
         try:
+            if plan:
+                print_plan(session)
             geo = geo_session_of(session.config)
             geo.engine  # noqa: B018 (built for its errors)
             geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
@@ -280,7 +281,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def print_plan(session: pytest.Session) -> None:
-    """--geo-plan: the selected rows' plan (engine/plan.py), then the run ends: no model is called."""
+    """--geo-plan: the selected rows' plan (engine/plan.py), then the run ends: no model is
+    called. The plan's own checks (the prompts, the given rewrites) raise as the run's do."""
     from pytest_geo.engine.plan import plan_lines, plan_run
 
     settings = settings_of(session.config)

@@ -177,3 +177,29 @@ def test_the_plugin_refuses_a_bad_file_and_variants(pytester: pytest.Pytester, f
     variants = pytester.runpytest(*args, "--geo-variant", "competitive")
     variants.stderr.fnmatch_lines(["*given rewrites (--geo-rewrites, egeo --rewrites) are one rewriter's*"])
     assert fake_openai.requests == []
+
+
+@pytest.mark.plugin
+def test_a_plan_of_a_run_that_cannot_start_is_not_printed(pytester: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--geo-plan checks what the run checks first: a bad rewrites file is the run's usage
+    error, with no plan printed before it."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    lines = fixture_lines()
+    lines[0]["rand_idx"] = 1
+    write_lines(pytester.path / "rewrites.jsonl", lines)
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "--geo-rewrites", "rewrites.jsonl",
+                                "--geo-plan", "-p", "no:cacheprovider", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*rewrites.jsonl:1: query 10000: rand_idx 1 is not its target's index 5*"])
+    assert "geo plan:" not in result.stdout.str()
+
+
+@pytest.mark.e2e
+def test_egeo_plan_of_a_run_that_cannot_start_is_an_error(egeo_dir: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    write_lines(egeo_dir / "short.jsonl", fixture_lines()[:-1])
+    assert main(["plan", "--dataset", "egeo/test_data.json", "--rewrites", "short.jsonl"]) == 2
+    out, err = capsys.readouterr()
+    assert "egeo: error: short.jsonl: no rewrite of query" in err and "geo plan:" not in out

@@ -108,12 +108,17 @@ def _cached_prefix(line: Line, request: ChatRequest) -> tuple[int, int]:
 
 
 def plan_run(settings: Settings, rows: Sequence[GeoRow]) -> Plan:
-    """The plan of running `rows` with `settings`: the run's pipeline, its client replaced."""
+    """The plan of running `rows` with `settings`: the run's pipeline, its client replaced.
+    A run that could not start gets no plan: the prompts, the variants' prompts and the
+    given rewrites are checked first (PromptError, DatasetError), as the run checks them."""
     plan = Plan(len(rows))
     quiet = replace(settings, mock=True, use_cache=False, budget=None, budget_tokens=None, budget_ledger=None,
                     batch=False, progress="off")
     geo = GeoSession(quiet, build_stack(quiet, PlanClient(plan)))
     try:
+        geo.engine  # noqa: B018 (built for its errors)
+        geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
+        geo.check_given(rows)
         geo.schedule_many(rows)
         for row in rows:
             geo.outcome(row)
