@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
+from pytest_geo.report.html_flags import flags_section, red_team_section
 from pytest_geo.report.html_variants import (
     judges_section,
     noise_section,
@@ -425,8 +426,8 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
                 "baseline",
             ),
         ]
-    parts += [*variants_section(report), *judges_section(report), *sequential_section(report),
-              *noise_section(report)]
+    parts += [*variants_section(report), *judges_section(report), *flags_section(report),
+              *red_team_section(report), *sequential_section(report), *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",
