@@ -61,16 +61,17 @@ def rate(n: int, flagged: int, value: float | None, se: float | None) -> dict[st
 
 
 SUITE = {"suite": "d<b>x</b>", "metric": "rank_improvement", "split": "test", "n": 4, "score": 0.5}
-FLAG_RATES = {
-    "a": {"before": rate(3, 1, 1 / 3, 0.2722), "after": rate(3, 2, 2 / 3, 0.2722)},
+FLAG_RATES = {  # sorted, as a report read back from its file has them: the panel is shown last
     "<i>b</i>": {"before": rate(3, 0, 0.0, 0.0), "after": rate(4, 1, 0.25, 0.2165)},  # a cache without the list
+    "a": {"before": rate(3, 1, 1 / 3, 0.2722), "after": rate(3, 2, 2 / 3, 0.2722)},
     "panel": {"before": rate(0, 0, None, None), "after": rate(4, 3, 0.75, 0.2165)},
+    "z": {"before": rate(1, 0, 0.0, 0.0), "after": rate(1, 1, 1.0, 0.0)},
 }
 REDTEAM = [{"suite": "d<b>x</b>", "split": "test", "attacks": {
-    "injection": {"a": {"n": 2, "mean": -3.0, "se": 1.0, "flag_rate": 1.0, "flag_rate_se": 0.0, "flag_n": 2},
+    "injection": {"panel": {"n": 2, "mean": -0.5, "se": 1.0, "flag_rate": 1.0, "flag_rate_se": 0.0, "flag_n": 2},
+                  "a": {"n": 2, "mean": -3.0, "se": 1.0, "flag_rate": 1.0, "flag_rate_se": 0.0, "flag_n": 2},
                   "<i>b</i>": {"n": 2, "mean": 2.0, "se": 1.0, "flag_rate": 0.5, "flag_rate_se": 0.35355339,
-                               "flag_n": 2},
-                  "panel": {"n": 2, "mean": -0.5, "se": 1.0, "flag_rate": 1.0, "flag_rate_se": 0.0, "flag_n": 2}},
+                               "flag_n": 2}},
     "hidden": {"<i>b</i>": {"n": 1, "mean": 0.123456, "se": 0.0, "flag_rate": None, "flag_rate_se": None,
                             "flag_n": 0}},
 }}]
@@ -79,8 +80,9 @@ REDTEAM = [{"suite": "d<b>x</b>", "split": "test", "attacks": {
 def test_each_judges_flag_rates_before_and_after_with_the_rows_counted() -> None:
     page = parsed({"suites": [{**SUITE, "flag_rates": FLAG_RATES}]})
     assert page.tables["flags"] == [
-        ["a", "0.3333", "0.6667", "3"],
         ["<i>b</i>", "0.0000 (n=3)", "0.2500", "4"],  # its before rate is over fewer rows: said so
+        ["a", "0.3333", "0.6667", "3"],
+        ["z", "0.0000", "1.0000", "1"],
         ["panel", "n/a (n=0)", "0.7500", "4"],
     ]
     assert "i" not in page.tags and "b" not in page.tags  # names from the run are text, never markup
