@@ -50,10 +50,14 @@ class Tables(HTMLParser):
             self.cell.append(data)
 
 
-def parsed(report: dict[str, Any]) -> Tables:
+def tables_of(html: str) -> Tables:
     tables = Tables()
-    tables.feed(render_html(report))
+    tables.feed(html)
     return tables
+
+
+def parsed(report: dict[str, Any]) -> Tables:
+    return tables_of(render_html(report))
 
 
 def rate(n: int, flagged: int, value: float | None, se: float | None) -> dict[str, Any]:
