@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from fake_openai import FakeOpenAI
 from test_reporting import transcript_lines, with_calls
 
-from conftest import SMOKE, copy_prompts
+from conftest import DUMMY_KEY, SMOKE, copy_prompts
 from pytest_geo.report.html import write_html_report
 
 pytestmark = pytest.mark.browser
@@ -406,3 +407,68 @@ def test_a_row_read_from_the_transcripts_file_shows_its_repeats_table(page: Any,
     assert_repeats_table(page, next(r for r in rows if r["nodeid"] == "rows.jsonl::m204"))
     assert page.locator(".transcript h4").all_inner_texts() == ["repeat 0", "repeat 1"]
     assert page.locator(".transcript details.call").count() == 6
+
+
+EGEO_FIXTURE = Path(__file__).parent / "egeo_fixture"
+
+
+@pytest.fixture(scope="module")
+def flagged_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """flags.html/.json from E-GEO's data over HTTP: a vigilant judge flags the injection
+    attack, a gullible one does not; 3 queries, the attack and a style. With the run's stdout."""
+    directory = tmp_path_factory.mktemp("browser-flags")
+    shutil.copytree(EGEO_FIXTURE, directory / "egeo")
+    (directory / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    server = FakeOpenAI().start()
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "OPENAI_BASE_URL", "GEO_EVAL_MOCK", "PYTEST_ADDOPTS", "RANKER_MODEL", "REWRITER_MODEL", "META_MODEL")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+             "--geo-dataset", "egeo/test_data.json", "--geo-base-url", server.url,
+             "--geo-judge", "vigilant=m-v", "--geo-judge", "naive=m-gullible", "--geo-variant", "injection",
+             "--geo-variant", "competitive", "-k", "10000 or 10007 or 10021",
+             "--geo-html", "flags.html", "--geo-report", "flags.json"],
+            cwd=directory, env={**env, "OPENAI_API_KEY": DUMMY_KEY}, check=False, capture_output=True, text=True,
+            timeout=120)
+    finally:
+        server.stop()
+    assert (directory / "flags.html").is_file(), done.stdout + done.stderr
+    return directory, done.stdout
+
+
+def test_flag_rates_and_the_red_team_table_show_the_json_reports_figures(
+        page: Any, flagged_report: tuple[Path, str]) -> None:
+    directory, stdout = flagged_report
+    open_report(page, directory / "flags.html")
+    report = json.loads((directory / "flags.json").read_text(encoding="utf-8"))
+    tables = page.locator("table.flags")
+    assert page.locator("h2", has_text="Flagged as questionable").count() == 1
+    assert tables.count() == 2  # one per variant of the suite
+    shown = {tables.nth(i).locator("xpath=preceding-sibling::h3[1]").inner_text():
+             [row.split("\t") for row in tables.nth(i).locator("tbody tr").all_inner_texts()]
+             for i in range(tables.count())}
+    assert shown["egeo/test_data.json[injection] [train]"] == [
+        ["vigilant", "0.0000", "1.0000", "3"], ["naive", "0.0000", "0.0000", "3"], ["panel", "0.0000", "1.0000", "3"]]
+    assert shown["egeo/test_data.json[competitive] [train]"] == [
+        ["vigilant", "0.0000", "0.0000", "3"], ["naive", "0.0000", "0.0000", "3"], ["panel", "0.0000", "0.0000", "3"]]
+    # ... as the terminal printed them
+    assert ("  flagged as questionable (before -> after): vigilant 0.0000 -> 1.0000 (n=3) | "
+            "naive 0.0000 -> 0.0000 (n=3) | panel 0.0000 -> 1.0000 (n=3)") in stdout.splitlines()
+
+    assert page.locator("table.redteam th").all_inner_texts() == ["attack", "vigilant", "naive", "panel"]
+    [row] = page.locator("table.redteam tbody tr").all()
+    cells = row.locator("td").all_inner_texts()
+    [team] = report["redteam"]
+    injection = team["attacks"]["injection"]
+    assert cells == ["injection", *(
+        f"{injection[name]['mean']:+.4f} ± {injection[name]['se']:.4f}, flagged "
+        f"{injection[name]['flag_rate']:.4f} ± {injection[name]['flag_rate_se']:.4f} (n=3)"
+        for name in ("vigilant", "naive", "panel"))]
+    assert cells[1].startswith("-") and cells[2].startswith("+")  # the vigilant judge ranks it down, naive up
+    assert [cell.split("flagged ")[1] for cell in cells[1:]] == [
+        "1.0000 ± 0.0000 (n=3)", "0.0000 ± 0.0000 (n=3)", "1.0000 ± 0.0000 (n=3)"]
+    terminal = next(line for line in stdout.splitlines() if line.startswith("  injection: "))
+    assert terminal == "  injection: " + " | ".join(
+        f"{name} {cell.replace('±', '+/-')}" for name, cell in zip(("vigilant", "naive", "panel"), cells[1:],
+                                                                     strict=True))

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import pytest
 from fake_openai import FakeOpenAI
+from test_html_flags import tables_of
 
 from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
@@ -398,6 +399,8 @@ def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytest
     by_endpoint = {name: (u["calls"], u["prompt_tokens"] > 0) for name, u in data["endpoint_usage"].items()}
     assert by_endpoint == {name: (n, True) for name, n in calls.items()}
     assert data["endpoint_usage"]["ep4"]["prompt_tokens"] == four_servers["ep4"].billed["prompt_tokens"]
+    shown = {row[0]: (row[1], row[5]) for row in tables_of(html).tables["endpoint-usage"]}  # calls, prompt tokens
+    assert shown == {name: (str(n), str(data["endpoint_usage"][name]["prompt_tokens"])) for name, n in calls.items()}
     written = result.stdout.str() + (pytester.path / "r.json").read_text() + html
     assert not any(f"sk-ep{i}" in written for i in range(1, 5))
 

@@ -45,7 +45,12 @@ class Rate:
         return {"n": self.n, "flagged": self.flagged, "rate": self.rate, "se": self.se}
 
     def text(self) -> str:
-        return "n/a" if self.rate is None else f"{self.rate:.4f}"
+        return rate_text(self.rate)
+
+
+def rate_text(value: float | None) -> str:
+    """A rate (or its se) as every report shows it: 4 decimals, n/a where no row counted."""
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def judged_cells(record: RowRecord) -> dict[str, Mapping[str, Any]]:
@@ -121,9 +126,13 @@ class AttackCell:
                 "flag_rate_se": self.flags.se, "flag_n": self.flags.n}
 
     def text(self, name: str) -> str:
-        se = "n/a" if self.flags.se is None else f"{self.flags.se:.4f}"
-        return (f"{name} {self.mean:+.4f} +/- {self.se:.4f}, flagged {self.flags.text()} +/- {se} "
-                f"(n={self.n})")
+        return f"{name} {cell_text(self.as_json())}"
+
+
+def cell_text(cell: Mapping[str, Any], pm: str = "+/-") -> str:
+    """An attack cell as the JSON report holds it, as the terminal and the HTML show it."""
+    return (f"{cell['mean']:+.4f} {pm} {cell['se']:.4f}, flagged {rate_text(cell['flag_rate'])} {pm} "
+            f"{rate_text(cell['flag_rate_se'])} (n={cell['n']})")
 
 
 def _attack_cells(records: Sequence[RowRecord]) -> dict[str, AttackCell]:

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_geo.data.files import write_text_atomic
+from pytest_geo.llm.prices import format_dollars
+from pytest_geo.llm.usage import is_priced
+from pytest_geo.report.html_flags import flags_section, red_team_section
 from pytest_geo.report.html_variants import (
     judges_section,
     noise_section,
@@ -337,6 +340,19 @@ def _usage_table(report: Mapping[str, Any]) -> str:
     return _table(headers, rows, "usage") + f'<p class="meta">{escape(note)}</p>'
 
 
+def _endpoint_usage_table(report: Mapping[str, Any]) -> list[str]:
+    """With models on named endpoints: calls and tokens per endpoint over its roles, and
+    its cost where every answer it gave had a price (as the terminal prints it)."""
+    by_endpoint = report.get("endpoint_usage") or {}
+    if not by_endpoint:
+        return []
+    rows = [[_cell(name)] + [_cell(counts.get(column, 0), "num") for column in USAGE_COLUMNS]
+            + [_cell(format_dollars(counts.get("cost_nanousd", 0)) if is_priced(counts) else "", "num")]
+            for name, counts in sorted(by_endpoint.items())]
+    headers = ("endpoint", *(name.replace("_", " ") for name in USAGE_COLUMNS), "cost")
+    return ["<h3>By endpoint</h3>", _table(headers, rows, "endpoint-usage")]
+
+
 def _models_used(report: Mapping[str, Any]) -> dict[str, str]:
     """The models of the roles that made calls (an optimizer that did not run is not
     named); before any call, the roles every run has."""
@@ -404,7 +420,7 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
         *problems_section(report),
     ]
     if report.get("usage"):
-        parts += ["<h2>Model usage and cost</h2>", _usage_table(report)]
+        parts += ["<h2>Model usage and cost</h2>", _usage_table(report), *_endpoint_usage_table(report)]
     if report.get("baseline"):
         parts += [
             f"<h2>Against the baseline {escape(str(report['baseline'].get('path', '')))}</h2>",
@@ -425,8 +441,8 @@ def write_html(out: TextIO, report: Mapping[str, Any], sample: TranscriptSample 
                 "baseline",
             ),
         ]
-    parts += [*variants_section(report), *judges_section(report), *sequential_section(report),
-              *noise_section(report)]
+    parts += [*variants_section(report), *judges_section(report), *flags_section(report),
+              *red_team_section(report), *sequential_section(report), *noise_section(report)]
     if geo_rows:
         parts += [
             "<h2>GEO rank improvements</h2>",
