@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_geo.report.html import render_html
+from pytest_geo.report.html_variants import judges_section
 
 pytestmark = pytest.mark.unit
 
@@ -108,3 +109,22 @@ def test_the_red_team_table_is_attack_by_judge_with_improvement_and_flag_rate() 
 def test_a_run_without_flags_or_attacks_has_neither_section() -> None:
     html = render_html({"suites": [SUITE], "redteam": []})
     assert "Flagged as questionable" not in html and "Red-team attacks" not in html
+
+
+def test_the_variants_by_judges_matrix_shows_the_panel_last_from_a_sorted_report() -> None:
+    """A report read back from its file has its keys sorted: the matrix's columns keep the
+    panel last, as the terminal prints them, and a judge missing from a row leaves it empty."""
+    cell = {"n": 2, "mean": 1.0, "stderr": 0.5}
+    matrix = {"plain": {"a": cell, "panel": {**cell, "mean": 1.5}, "z": {**cell, "mean": 2.0}},
+              "bold": {"a": {**cell, "mean": -1.0}, "panel": cell}}
+    figures = {"n": 2, "avg_rank_improvement": 1.5, "win_rate": 1.0, "stderr_rank_improvement": 0.5}
+    judged = {**SUITE, "judges": {"a": figures, "z": figures}, "panel": figures,
+              "agreement": {"krippendorff_alpha": 0.5, "mean_kendall_tau": 0.5, "direction_agreement": 1.0,
+                            "direction_rows": 2}}
+    report = {"suites": [judged], "variants": [{"suite": "d", "split": "test", "matrix": matrix}]}
+    html = "".join(judges_section(report))
+    assert tables_of(html).tables["judge-matrix"] == [
+        ["plain", "+1.0000 ± 0.5000 (n=2)", "+2.0000 ± 0.5000 (n=2)", "+1.5000 ± 0.5000 (n=2)"],
+        ["bold", "-1.0000 ± 0.5000 (n=2)", "", "+1.0000 ± 0.5000 (n=2)"],
+    ]
+    assert "<th>variant</th><th>a</th><th>z</th><th>panel</th>" in html

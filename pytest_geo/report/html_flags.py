@@ -25,7 +25,7 @@ def _table(cls: str, headers: Sequence[str], rows: Sequence[str]) -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
 
 
-def _panel_last(names: Iterable[str]) -> list[str]:
+def panel_last(names: Iterable[str]) -> list[str]:
     """The judges in the run's order (a report read back from a file has them sorted),
     then the panel."""
     named = list(dict.fromkeys(names))
@@ -52,7 +52,7 @@ def flags_section(report: Mapping[str, Any]) -> list[str]:
              "flagged when any judge flagged it. A rewrite that gets its product flagged has failed, however far "
              "it moved it.</p>"]
     for s in flagged:
-        rows = [_rate_row(name, s["flag_rates"][name]) for name in _panel_last(s["flag_rates"])]
+        rows = [_rate_row(name, s["flag_rates"][name]) for name in panel_last(s["flag_rates"])]
         parts += [f"<h3>{escape(s['suite'])} [{escape(s['split'])}]</h3>",
                   _table("flags", ("judge", "flagged before", "flagged after", "n"), rows)]
     return parts
@@ -71,7 +71,7 @@ def red_team_section(report: Mapping[str, Any]) -> list[str]:
              "fooled.</p>"]
     for team in teams:
         attacks: Mapping[str, Mapping[str, Mapping[str, Any]]] = team["attacks"]
-        judges = _panel_last(name for cells in attacks.values() for name in cells)
+        judges = panel_last(name for cells in attacks.values() for name in cells)
         rows = ["<tr>" + _td(attack) + "".join(_td(cell_text(cells[name], "±"), "num") if name in cells else _td("")
                                                for name in judges) + "</tr>"
                 for attack, cells in attacks.items()]

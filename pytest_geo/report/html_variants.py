@@ -14,6 +14,7 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from pytest_geo.report.html_flags import panel_last
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
 from pytest_geo.report.stopping import not_spent
 from pytest_geo.report.viewer_data import script_json
@@ -163,10 +164,10 @@ def judges_section(report: Mapping[str, Any]) -> list[str]:
         table = c.get("matrix")
         if not table:
             continue
-        columns = list(next(iter(table.values())))
+        columns = panel_last(next(iter(table.values())))
         rows = ["<tr>" + _td(variant) + "".join(
-            _td(f"{cell['mean']:+.4f} ± {cell['stderr']:.4f} (n={cell['n']})", "num") for cell in row.values())
-            + "</tr>" for variant, row in table.items()]
+            _td(f"{row[name]['mean']:+.4f} ± {row[name]['stderr']:.4f} (n={row[name]['n']})", "num")
+            if name in row else _td("") for name in columns) + "</tr>" for variant, row in table.items()]
         pairs = ["<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(p["judge"]) + _td(str(p["n"]), "num")
                  + _num(p["mean_diff"], sign=True) + _num(p["stderr"]) + _td(format_p(p["sign_test_p"]), "num")
                  + "</tr>" for p in c.get("judge_pairs", [])]
