@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from fake_openai import FakeOpenAI
 
@@ -20,6 +21,12 @@ PROMPT_FILES = ("ranker_system.txt", "ranker_user.txt", "rewriter_system.txt", "
                 "meta_optimizer_system.txt", "meta_optimizer_user.txt")
 
 pytest_plugins = ["pytester"]
+
+# After each in-process run pytester forgets every module that run was the first to import:
+# every run against a fake server would import the SDK again (about 3 s on 2 busy cores) and
+# its HTTP transport (about 0.1 s, imported by the first client made). Imported here, once
+# for the session, they stay.
+openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1").close()
 collect_ignore = ["corpus"]  # malformed inputs, run one by one by test_corpus.py
 
 # The test layers (pyproject's markers): every test carries exactly one, so each layer

@@ -133,8 +133,8 @@ def test_each_role_goes_to_its_own_endpoint_with_its_own_key(pytester: pytest.Py
     GeoProject(pytester, servers["default"]).dataset(6)
     pytester.makeini(endpoints_ini(servers))
     servers["rewrite"].fail_next("500", "429")  # faults on one endpoint: retried there
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", servers["default"].url,
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "rows.jsonl", "--geo-base-url", servers["default"].url,
         "--geo-ranker-model", "rank/ranker-m", "--geo-rewriter-model", "rewrite/org/rewriter-m")
     result.assert_outcomes(passed=6)
     assert len(servers["rank"].requests) == 12  # rank_before and rank_after of each row
@@ -170,7 +170,7 @@ def test_an_endpoint_that_goes_down_stops_only_its_calls_and_is_named(pytester: 
     pytester.makeini(endpoints_ini(servers))
     down = servers["rewrite"]
     down.fault_for = lambda body: "500" if len(down.requests) > 4 else None  # down after its 4th call
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-concurrency", "2", "--geo-max-retries", "0",
         "--geo-ranker-model", "rank/ranker-m", "--geo-rewriter-model", "rewrite/rewriter-m", "-rs")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -90,7 +90,7 @@ def test_selection_and_xdist_do_not_change_targets(pytester: pytest.Pytester, mo
     expected = dict(zip([f"r{i}" for i in range(12)], harness_targets(path, 7), strict=True))
 
     def targets(*args: str) -> dict[str, str]:
-        pytester.runpytest_subprocess("d.jsonl", "--geo-mock", "--geo-report", "r.json", *args)
+        pytester.runpytest("d.jsonl", "--geo-mock", "--geo-report", "r.json", *args)
         rows = json.loads((pytester.path / "r.json").read_text())["rows"]
         return {row["query_id"]: row["target_id"] for row in rows}
 

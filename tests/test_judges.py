@@ -19,7 +19,7 @@ import pytest
 from fake_openai import FakeOpenAI
 from test_html_flags import tables_of
 
-from conftest import DUMMY_KEY, PROMPTS, GeoProject, egeo_workdir
+from conftest import DUMMY_KEY, ONE_PROCESS_AND_TWO_WORKERS, PROMPTS, GeoProject, egeo_workdir
 from pytest_geo.cli import main
 
 # The fake server's rewriter returns the description unchanged for this template.
@@ -315,7 +315,7 @@ def test_judges_under_xdist_aggregate_on_the_controller(
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     project = GeoProject(pytester, fake_openai)
     project.dataset(4)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", "2", "rows.jsonl", "--geo-base-url", fake_openai.url,
         "--geo-judge", "a=m-a", "--geo-judge", "b=m-b-reversed", "--geo-report", "r.json")
     result.assert_outcomes(passed=4)
@@ -356,7 +356,7 @@ PANEL_ARGS = ("rows.jsonl", "--geo-judge", "a=ep1/m", "--geo-judge", "b=ep2/m", 
               "--geo-variant", "x=keep.txt", "--geo-variant", "y=signal.txt@ep4/m2")
 
 
-@pytest.mark.e2e
+@pytest.mark.plugin
 def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytester,
                                                          four_servers: dict[str, FakeOpenAI]) -> None:
     """Issue 34's check: J + V + J x V = 3 + 2 + 6 calls a row, each on its own endpoint
@@ -364,7 +364,7 @@ def test_done_when_judges_and_variants_on_four_endpoints(pytester: pytest.Pytest
     rank_after asks what rank_before asked, and the cache would answer it); the summary, JSON and HTML show per-judge, panel, agreement and the
     variants x judges matrix."""
     panel_project(pytester, four_servers)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", "0", *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
         "--geo-report", "r.json", "--geo-html", "r.html", "--geo-no-cache")
     result.assert_outcomes(passed=6)
@@ -414,13 +414,12 @@ def test_without_endpoints_usage_is_not_shown_per_endpoint(served_project: GeoPr
     result.stdout.fnmatch_lines(["geo: model judges a=m-a rewriter=gpt-4o-mini, server 127.0.0.1, prompts *"])
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_one_endpoint_down_fails_only_its_judge(pytester: pytest.Pytester,
                                                 four_servers: dict[str, FakeOpenAI], workers: str) -> None:
     panel_project(pytester, four_servers)
     four_servers["ep2"].always = "500"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
         "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache")
     result.assert_outcomes(failed=6)
@@ -448,7 +447,7 @@ def test_a_dollar_budget_needs_a_price_for_every_judge_and_variant_model(served_
     result.stderr.fnmatch_lines(["*no price for the variant x's rewriter model house-rewriter*"])
 
 
-@pytest.mark.e2e
+@pytest.mark.plugin
 def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_it(
         pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI]) -> None:
     """--geo-batch: the default server and the `openai` endpoint (moved to a fake) offer the
@@ -457,7 +456,7 @@ def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_
     GeoProject(pytester, four_servers["default"]).dataset(2)
     pytester.makeini(f"[pytest]\ngeo_endpoints =\n    openai = {four_servers['ep1'].url} EP1_KEY\n"
                      f"    ep2 = {four_servers['ep2'].url} EP2_KEY\n")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", four_servers["default"].url,
         "--geo-judge", "a=m-a", "--geo-judge", "b=openai/m-b", "--geo-judge", "c=ep2/m-c",
         "--geo-batch", "--geo-cache-dir", "cache", "--geo-report", "r.json")
@@ -480,8 +479,7 @@ def test_batch_with_judges_goes_through_the_batch_api_where_the_endpoint_offers_
         "default": 6, "openai": 4, "ep2": 0}
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ONE_PROCESS_AND_TWO_WORKERS)
 def test_an_endpoint_that_goes_down_mid_run_fails_only_its_judges_later_rows(
         pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI], workers: str) -> None:
     """ep2 answers its first 3 calls, then fails every one: b's rows from then on fail
@@ -490,7 +488,7 @@ def test_an_endpoint_that_goes_down_mid_run_fails_only_its_judges_later_rows(
     GeoProject(pytester, four_servers["default"]).dataset(6)
     down = four_servers["ep2"]
     down.fault_for = lambda body: "500" if len(down.requests) > 3 else None
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", workers, *PANEL_ARGS, "--geo-base-url", four_servers["default"].url,
         "--geo-max-retries", "0", "--geo-report", "r.json", "--geo-no-cache", "--geo-concurrency", "1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -534,13 +532,13 @@ def test_egeo_an_endpoint_down_mid_run_fails_only_its_judge(
     assert [row["judges"]["b"]["error"] is not None for row in rows].count(True) == 4 - printed["judges"]["b"]["n"]
 
 
-@pytest.mark.e2e
+@pytest.mark.plugin
 def test_a_judge_on_an_endpoint_gets_its_models_sized_output_cap(
         pytester: pytest.Pytester, four_servers: dict[str, FakeOpenAI]) -> None:
     """`ep1/gpt-4o-mini` is OpenAI's chat model behind a path: its cap is sized to the
     ranking, as the same model's on the default server, not the 4,096 of unknown names."""
     panel_project(pytester, four_servers)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "-p", "no:cacheprovider", "-n", "0", "rows.jsonl", "--geo-base-url", four_servers["default"].url,
         "--geo-judge", "a=gpt-4o-mini", "--geo-judge", "b=ep1/gpt-4o-mini", "--geo-no-cache")
     result.assert_outcomes(passed=3)

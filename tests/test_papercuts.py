@@ -393,10 +393,14 @@ def test_rows_and_transcripts_carry_seconds_and_tokens_and_junit_the_rows_time(s
     for row in rows:
         assert row["n_calls"] == 3 and row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
         assert row["model_seconds"] >= 0.3 and row["seconds"] >= 0.2  # rank_before beside the rewrite, then rank_after
+        # to the millisecond, and no null written for the threshold a GEO row never has: the report stays small
+        assert [len(repr(row[name]).partition(".")[2]) <= 3 for name in ("seconds", "model_seconds")] == [True, True]
+        assert "threshold" not in row
     with gzip.open(path / "r.transcripts.jsonl.gz", "rt", encoding="utf-8") as handle:
         lines = [json.loads(line) for line in handle]
     calls = [call for line in lines for call in line["calls"]]
     assert len(calls) == 6 and all(c["seconds"] >= 0.1 and c["prompt_tokens"] > 0 for c in calls)
+    assert all(len(repr(c["seconds"]).partition(".")[2]) <= 3 for c in calls)
     assert sum(c["completion_tokens"] for c in calls) == sum(r["completion_tokens"] for r in rows)
     times = [float(case.get("time", "0")) for case in ET.parse(path / "j.xml").getroot().iter("testcase")]
     assert len(times) == 2 and min(times) >= 0.2

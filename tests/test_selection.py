@@ -128,7 +128,7 @@ def test_xdist_workers_pick_the_rows_one_process_picks(geo_project: pytest.Pytes
     write_rows(geo_project.path / "rows.jsonl", 40)
     picked = {}
     for workers in ("0", "2"):
-        result = geo_project.runpytest_subprocess(
+        result = geo_project.runpytest(
             "-p", "no:cacheprovider", "-n", workers, "rows.jsonl", "--geo-mock", flag, "6",
             "--geo-report", f"n{workers}.json")
         result.assert_outcomes(passed=6, deselected=34 if workers == "0" else 0)

@@ -151,7 +151,7 @@ def test_a_sequential_variant_run_stops_early_with_the_full_runs_decision(served
 @pytest.mark.xdist
 def test_under_xdist_the_controller_decides_on_the_pooled_rows(served_project: GeoProject) -> None:
     args = strategies(served_project.priced(), 200)  # priced: the dollars not spent
-    result = served_project.pytester.runpytest_subprocess(
+    result = served_project.pytester.runpytest(
         *args, "--geo-base-url", served_project.server.url, "-n", "2", "--geo-sequential", "--geo-concurrency", "4",
         "--geo-report", "seq.json")
     outcomes = result.parseoutcomes()

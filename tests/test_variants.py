@@ -337,7 +337,7 @@ def _stable(report: dict[str, Any]) -> dict[str, Any]:
 def test_xdist_gives_the_same_report(strategies: pytest.Pytester) -> None:
     args = ("data/smoke.jsonl", *VARIANTS, "--geo-repeats", "2")
     strategies.runpytest(*args, "-p", "no:xdist", "--geo-report", "one.json").assert_outcomes(passed=16)
-    result = strategies.runpytest_subprocess(*args, "-n", "2", "--geo-report", "two.json")
+    result = strategies.runpytest(*args, "-n", "2", "--geo-report", "two.json")
     result.assert_outcomes(passed=16)
     assert _stable(read(strategies, "two.json")) == _stable(read(strategies, "one.json"))
     result.stdout.fnmatch_lines(["variants of data/smoke.jsonl, best first: signal 2.0000 > keep 0.0000"])

@@ -5,7 +5,7 @@ reports to an xdist controller and go into the JSON report as they are."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from pytest_geo.data.dataset import GeoRow, RowProblem
 
@@ -21,7 +21,7 @@ class _Where(TypedDict):
     split: str
     nodeid: str
     line: int
-    threshold: float | None
+    threshold: NotRequired[float]  # only where the suite has one: a report writes no null
 
 
 class ModelCall(TypedDict, total=False):
@@ -38,7 +38,7 @@ class ModelCall(TypedDict, total=False):
     answer: str | None
     cached: bool
     error: str
-    seconds: float  # from sending the call to its answer (or failure)
+    seconds: float  # from sending the call to its answer (or failure), to the millisecond
     prompt_tokens: int  # as the server reported them (a cached answer: as it reported them then)
     completion_tokens: int
     judge: str  # with --geo-judge: the judge a ranker call asked
@@ -70,7 +70,7 @@ class OutcomeFields(TypedDict, total=False):
     model_seconds: float  # with the calls' seconds and tokens added up
     prompt_tokens: int
     completion_tokens: int
-    seconds: float  # the row's wall time: its experiment (GEO rows) or its metric (suite rows)
+    seconds: float  # the row's wall time (ms): its experiment (GEO rows) or its metric (suite rows)
 
 
 class RowRecord(_Where, OutcomeFields, total=False):
@@ -93,8 +93,11 @@ class RowRecord(_Where, OutcomeFields, total=False):
 def where(kind: RecordKind, *, suite: str, metric: str, split: str, nodeid: str, line: int,
           threshold: float | None) -> RowRecord:
     # a literal rather than a keyword call of RowRecord (dict): made for every row, and cheaper
-    return {"kind": kind, "suite": suite, "metric": metric, "split": split, "nodeid": nodeid, "line": line,
-            "threshold": threshold}
+    record: RowRecord = {"kind": kind, "suite": suite, "metric": metric, "split": split, "nodeid": nodeid,
+                         "line": line}
+    if threshold is not None:
+        record["threshold"] = threshold
+    return record
 
 
 def geo_record(row: GeoRow, outcome: OutcomeFields, *, suite: str, split: str, nodeid: str,

@@ -108,7 +108,7 @@ class GeoOutcome:
             error=self.error,
             fact_violations=list(self.fact_violations),
             calls=list(self.calls),
-            seconds=round(self.seconds, 6),
+            seconds=round(self.seconds, 3),
         )
         if self.judges:
             fields["judges"] = {j.name: j.record() for j in self.judges}
@@ -308,10 +308,10 @@ class GeoEngine:
                 raise
             except Exception as exc:
                 call["error"] = one_line(exc)
-                call["seconds"] = round(time.perf_counter() - sent, 6)
+                call["seconds"] = round(time.perf_counter() - sent, 3)
                 raise
             call["answer"], call["cached"] = kept_answer(response.text), response.cached
-            call["seconds"] = round(time.perf_counter() - sent, 6)
+            call["seconds"] = round(time.perf_counter() - sent, 3)
             call["prompt_tokens"], call["completion_tokens"] = response.prompt_tokens, response.completion_tokens
             try:
                 check_answer(role, response, cap, self.cap_flag)

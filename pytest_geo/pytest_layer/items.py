@@ -182,7 +182,7 @@ class SuiteItem(GeoItem):
     def runtest(self) -> None:
         started = time.perf_counter()
         score = self._score()
-        seconds = round(time.perf_counter() - started, 6)
+        seconds = round(time.perf_counter() - started, 3)
         reached = budget_reached(self.config) if score.error else None
         if reached is not None:  # its model call was not sent: the budget gate fails once for the run
             pytest.skip(f"not run: {reached}")

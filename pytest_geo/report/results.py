@@ -224,7 +224,7 @@ class Results:
         results = []
         for (suite, metric, split), records in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] != "train")):
             scored = [r for r in sorted(records, key=order) if is_scored(r)]
-            threshold = self.min_scores.get(suite, records[0]["threshold"])
+            threshold = self.min_scores.get(suite, records[0].get("threshold"))
             feedback = fold_feedback([r["feedback"] for r in scored]) if scored else "no examples"
             values = tuple([float(r["score"]) for r in scored])
             clean = tuple([float(r["score"]) for r in scored if not has_error(r)])

@@ -65,7 +65,7 @@ def take_transcript(record: RowRecord) -> dict[str, Any] | None:
 
 def _add_up(record: RowRecord, calls: list[ModelCall]) -> None:
     """The row's model seconds and tokens, its calls' added up (they stay in the transcript)."""
-    record["model_seconds"] = round(sum(c.get("seconds", 0.0) for c in calls), 6)
+    record["model_seconds"] = round(sum(c.get("seconds", 0.0) for c in calls), 3)
     record["prompt_tokens"] = sum(c.get("prompt_tokens", 0) for c in calls)
     record["completion_tokens"] = sum(c.get("completion_tokens", 0) for c in calls)
 
