@@ -76,8 +76,11 @@ def write_data(directory: Path, queries: int, product_chars: int) -> None:
             json.dumps(cache), encoding="utf-8")
 
 
-def write_project(directory: Path, system_tokens: int, cached: dict[str, str]) -> None:
-    """pytest.ini with the five judges (each its own long system prompt) and the prices."""
+def write_project(directory: Path, system_tokens: int, cached: dict[str, str],
+                  models: dict[str, str] | None = None, extra: str = "") -> None:
+    """pytest.ini with the five judges (each its own long system prompt) and the prices;
+    `models`: each judge's model where it is not E-GEO's (bench_leaderboard.py's
+    loopback endpoints); `extra`: more ini lines."""
     base = (Path(__file__).resolve().parent.parent / "pytest_geo/prompts/egeo/ranker_system.txt").read_text(
         encoding="utf-8")
     judges = []
@@ -86,11 +89,12 @@ def write_project(directory: Path, system_tokens: int, cached: dict[str, str]) -
         (directory / f"{name}_system.txt").write_text(base + "\n" + style[:system_tokens * 4] + "\n",
                                                       encoding="utf-8")
         temperature = "" if name == "gpt5" else " temperature=0.3"  # E-GEO sends none to GPT-5
+        model = (models or {}).get(name, model)
         judges.append(f"    {name} = {model} system={name}_system.txt max_output_tokens={cap}{temperature}")
     prices = [f"    {model} = {price}" + (f", {cached[model]}" if model in cached else "")
               for model, price in LIST_PRICES.items()]
     (directory / "pytest.ini").write_text(
-        "[pytest]\ngeo_judges =\n" + "\n".join(judges) + "\ngeo_prices =\n" + "\n".join(prices) + "\n",
+        "[pytest]\ngeo_judges =\n" + "\n".join(judges) + "\ngeo_prices =\n" + "\n".join(prices) + "\n" + extra,
         encoding="utf-8")
 
 

@@ -405,8 +405,8 @@ def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
 def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back() -> None:
     """Refused with 9 requests out, 1 of them: a ceiling of 8. Were it a rate after all,
     8 at once would drain its refill again, so the requests resume at 4 once the pause
-    is over and grow by one a round trip (one per answer to as many requests as are
-    out), back to 8."""
+    is over and grow by half a request an answer (half again a round trip), back to 8:
+    4 + 2 answers = 5, + 2 = 6, + 3 = 7.5, + 1 = 8."""
     clock = FakeClock()
 
     async def scenario() -> list[int | None]:
@@ -417,13 +417,36 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
         controller.observe(200, {})  # during the pause: no growth
         caps.append(controller.request_cap)
         clock.now += 1.0
-        for answers in (5, 5, 7, 7):  # about a round trip each
+        for answers in (2, 2, 3, 1):
             for _ in range(answers):
                 controller.observe(200, {})
             caps.append(controller.request_cap)
         return caps
 
     assert asyncio.run(scenario()) == [4, 4, 5, 6, 7, 8]
+
+
+@pytest.mark.unit
+def test_refused_with_half_a_caps_ceiling_out_is_a_rate_after_the_resume_grew_back() -> None:
+    """Slow start overshoots a sliding window (60 out: read as a cap, ceiling 59, resume
+    at 29.5); 60 answers right after the pause take the resume back to the ceiling
+    (half a request each), and a 429 with 20 out comes within a round trip of the pause's
+    end: no cap that took 59 refuses 20, so it is a rate and the ceiling stays 59 (read
+    as a cap, it would fall to 19 and hold the requests there for a quiet spell)."""
+    clock = FakeClock()
+
+    async def scenario() -> int | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 60)
+        clock.now += 1.0
+        for _ in range(60):
+            controller.observe(200, {})
+        clock.now += 0.05
+        _refused_with(controller, 20)
+        return controller.ceiling
+
+    assert asyncio.run(scenario()) == 59
 
 
 @pytest.mark.unit

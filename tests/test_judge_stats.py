@@ -51,6 +51,30 @@ def test_alpha_is_one_when_coders_agree_and_none_without_anything_to_measure() -
     assert krippendorff_alpha([[2, 2], [2, 2]]) is None  # no spread: D_e = 0
 
 
+def test_alpha_of_2000_rows_pairs_values_only_within_a_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """E-GEO's full run: 2,000 rows of 5 judges. D_e over every two of its 10,000 values
+    is computed from their deviations: only a row's own 20 ordered pairs are drawn, not
+    the 100 million of every two values (minutes of CPU at the end of a run). Rows
+    alternate [0, 1, 2, 3, 4] and [4, 3, 2, 1, 0]: a row's ordered pairs differ by 100
+    squared, over m - 1 = 4 and 5 values a row: D_o = 5; the values 0..4, 2,000 each,
+    deviate by 20,000 squared: D_e = 2 * 20,000 / 9,999."""
+    from pytest_geo.report import judges
+
+    drawn = 0
+    permutations = judges.itertools.permutations
+
+    def counted(values: list[float], r: int) -> list[tuple[float, ...]]:
+        nonlocal drawn
+        pairs = list(permutations(values, r))
+        drawn += len(pairs)
+        return pairs
+
+    monkeypatch.setattr(judges.itertools, "permutations", counted)
+    rows = [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0]] * 1000
+    assert krippendorff_alpha(rows) == pytest.approx(1 - 5 / (2 * 20_000 / 9_999))
+    assert drawn == 2000 * 20
+
+
 def test_kendall_tau_worked_by_hand() -> None:
     assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
     assert kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1.0

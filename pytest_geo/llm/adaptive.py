@@ -39,7 +39,7 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   requests out when the episode began, less those it refused, are the ceiling of
   requests in flight (found at the first episode against a cap, and probed upwards by
   one after a quiet spell that doubles with each refused probe; after the pause, the
-  requests resume at half of it and grow back one a round trip). Refused within that
+  requests resume at half of it and grow back by half again a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
   episode, so the successes between the last two are the rate the server grants; the
   request limiter is capped at that rate times a call's latency, as with headers below,
@@ -101,6 +101,7 @@ SLOWER = 2.0  # calls this many times slower than the fastest seen: more rows wo
 QUEUEING = 4.0  # this many times slower: a saturated server or CPU, cut to what it serves
 QUEUE_SIGNAL = 0.01  # seconds: faster calls (the mock's) vary with the event loop's jitter, not a queue
 CUT_ON_429 = 0.5
+RESUME_STEP = 0.5  # requests in flight each answer adds after a cap's episode: half again a round trip
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
 PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a second
@@ -379,7 +380,7 @@ class AdaptiveConcurrency:
         if 200 <= status < 300:
             self._successes += 1
             if self._resume is not None and self.clock() >= self._episode_end:
-                self._resume += 1 / self._resume
+                self._resume += RESUME_STEP
                 if self._ceiling is None or self._resume >= self._ceiling:
                     self._resume = None
             if (self._last_refusal is not None and self._latency is not None
@@ -412,9 +413,10 @@ class AdaptiveConcurrency:
             self._episode_sent, self._episode_refused = in_flight, 0
             # Refused again as a rate's pause ends: the same budget, still spent (a sliding
             # window's Retry-After undersells when its old admissions age out), not a cap.
-            # Nor is a 429 a cap's with no more out than the resume level: a cap that took
-            # the ceiling a moment ago does not refuse half of it.
-            below = self._resume is not None and in_flight <= self._resume
+            # Nor is a 429 a cap's with no more than half the ceiling out: a cap that took
+            # the ceiling does not refuse half of it (half the ceiling, not the resume level,
+            # which is back at the ceiling within two round trips).
+            below = self._ceiling is not None and in_flight <= self._ceiling * CUT_ON_429
             self._rate_episode = spent or in_flight <= 1 or (
                 (not resuming or self._rate_episode or below) and self._tested is not None
                 and in_flight <= self._tested)
@@ -434,9 +436,12 @@ class AdaptiveConcurrency:
             taken = max(1, self._episode_sent - self._episode_refused)
             self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
             self._tested = self._ceiling
-            # Resume at half the ceiling, growing back a request a round trip: were it a rate
-            # after all, the refill would run dry again, and a busy client reads that 429
-            # late, after sending as many more to be refused as it has requests out.
+            # Resume at half the ceiling: were it a rate after all, the refill would run dry
+            # again, and a busy client reads that 429 late, after sending as many more to be
+            # refused as it has requests out. Growing back by half again a round trip, not
+            # one request: a first episode before any answer (slow start's burst of long
+            # prompts) cannot tell a token rate from a cap, and at one a 1 s round trip the
+            # way back from 15 to 27 requests cost a tenth of a 25 s run (bench_adaptive.py).
             self._resume = self._ceiling * CUT_ON_429
         if trace.isEnabledFor(logging.DEBUG):
             trace.debug("429 at %.3f: episode %d, refusal %d, %d requests in flight%s", now, self._episodes,

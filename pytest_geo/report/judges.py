@@ -40,18 +40,19 @@ def krippendorff_alpha(units: Sequence[Sequence[float | None]]) -> float | None:
     """Krippendorff's alpha, interval metric: 1 - D_o / D_e, where D_o is the mean squared
     difference between values of the same unit (each unit's pairs weighted 1 / (m - 1))
     and D_e between any two pairable values. Only units with two or more values are
-    pairable. None with fewer than two pairable values or no spread at all (D_e = 0)."""
+    pairable. None with fewer than two pairable values or no spread at all (D_e = 0).
+    D_e sums over every two values as 2n times their squared deviations from the mean,
+    so 10,000 values (2,000 rows, 5 judges) cost 10,000 steps, not 100 million."""
     pairable = [[float(v) for v in unit if v is not None] for unit in units]
     pairable = [unit for unit in pairable if len(unit) >= 2]
     values = [v for unit in pairable for v in unit]
     n = len(values)
-    if n < 2:
+    if n < 2 or min(values) == max(values):
         return None
     observed = sum(sum((a - b) ** 2 for a, b in itertools.permutations(unit, 2)) / (len(unit) - 1)
                    for unit in pairable) / n
-    expected = sum((a - b) ** 2 for a, b in itertools.permutations(values, 2)) / (n * (n - 1))
-    if expected == 0:
-        return None
+    mean = sum(values) / n
+    expected = 2 * sum((v - mean) ** 2 for v in values) / (n - 1)
     return 1.0 - observed / expected
 
 
