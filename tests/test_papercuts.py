@@ -406,6 +406,22 @@ def test_rows_and_transcripts_carry_seconds_and_tokens_and_junit_the_rows_time(s
     assert len(times) == 2 and min(times) >= 0.2
 
 
+@pytest.mark.plugin
+@pytest.mark.parametrize("extra", [("--geo-judge", "a=gpt-4o-mini", "--geo-judge", "b=gpt-4o-mini"),
+                                   ("--geo-repeats", "2")], ids=["judges", "repeats"])
+def test_a_panel_or_repeated_row_records_its_wall_time_for_junit(served_project: GeoProject, extra: tuple[str, ...]) -> None:
+    import xml.etree.ElementTree as ET
+
+    served_project.server.latency = 0.1
+    result = served_project.run(str(served_project.dataset(1)), *extra, "--geo-report", "r.json", "--junitxml", "j.xml")
+    result.assert_outcomes(passed=1)
+    path = served_project.pytester.path
+    [row] = json.loads((path / "r.json").read_text())["rows"]
+    assert row["seconds"] >= 0.2  # two round trips at 0.1 s, as one row without judges or repeats
+    [case] = ET.parse(path / "j.xml").getroot().iter("testcase")
+    assert float(case.get("time", "0")) >= 0.2
+
+
 # --- 4. the HTML report's cost line and header --------------------------------------------------
 
 

@@ -514,6 +514,7 @@ class RepeatedOutcome:
     query_id: str | None
     target_id: str
     runs: tuple[tuple[tuple[str, ...], GeoOutcome], ...]
+    seconds: float = 0.0  # the repeats' wall time together (they run at once)
 
     @property
     def not_run(self) -> bool:
@@ -558,6 +559,7 @@ class RepeatedOutcome:
             fact_violations=list(dict.fromkeys(f for o in runs for f in o.fact_violations)),
             repeats=[{"repeat": i, "order": list(order), **o.record()} for i, (order, o) in enumerate(self.runs)],
             judge_noise=judge_noise([o.rank_before for o in runs]),
+            seconds=round(self.seconds, 3),
         )
         if runs[0].judges:
             fields["judges"] = self._judges()
@@ -618,9 +620,11 @@ async def run_repeats(engine: GeoEngine, row: GeoRow, repeats: int, seed: int,
     every variant of a row sees the same K orders."""
     orders = [repeat_order(seed, row, i) for i in range(repeats)]
     run_one: RunOne = run or (lambda ordered, _: engine.run(ordered))
+    started = time.perf_counter()
     outcomes = await asyncio.gather(*(run_one(replace(row, candidates=order), i) for i, order in enumerate(orders)))
     return RepeatedOutcome(row.query_id, row.target_id,
-                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes, strict=True)))
+                           tuple((tuple(c.id for c in order), o) for order, o in zip(orders, outcomes, strict=True)),
+                           time.perf_counter() - started)
 
 
 async def _ranked_before(engine: GeoEngine, row: GeoRow) -> Ranked:

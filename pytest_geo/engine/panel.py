@@ -11,6 +11,7 @@ first judge that failed, so the item fails naming it."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,7 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
                     before: Before | None = None, rewriter_model: str | None = None) -> GeoOutcome:
     """The experiment with every judge of `engine.judges`; `before` gives a judge's
     rank_before (shared by variants), else each is asked here."""
+    started = time.perf_counter()
     judges = engine.judges
     shown = engine.shown(row.candidates)
     calls = _Calls({j.name: [] for j in judges}, [], {j.name: [] for j in judges})
@@ -109,7 +111,7 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
         await _stop(befores.values())
         why = one_line(exc)
         cells = [JudgeOutcome(j.name, error=f"no rewrite: {why}") for j in judges]
-        return _outcome(row, None, why, isinstance(exc, ServerUnusable), (), calls.in_order(judges), cells)
+        return _outcome(row, None, why, isinstance(exc, ServerUnusable), (), calls.in_order(judges), cells, started)
     violations = fact_violations(row, rewritten)
     after_shown = shown.rewritten(row.target_id, rewritten)
     cells = list(await asyncio.gather(*(_judged(engine, row, j, befores[j.name], after_shown, calls.after[j.name])
@@ -117,7 +119,7 @@ async def run_panel(engine: GeoEngine, row: GeoRow, prompts: PromptSet | None = 
     error, not_run = _panel_error(cells)
     if error is None and engine.strict_facts and violations:
         error = f"new facts not in the original: {', '.join(violations)} (--geo-strict-facts)"
-    return _outcome(row, rewritten, error, not_run, violations, calls.in_order(judges), cells)
+    return _outcome(row, rewritten, error, not_run, violations, calls.in_order(judges), cells, started)
 
 
 def _before(engine: GeoEngine, row: GeoRow, judge: Judge, before: Before | None,
@@ -183,15 +185,16 @@ def _panel_error(cells: list[JudgeOutcome]) -> tuple[str | None, bool]:
 
 
 def _outcome(row: GeoRow, rewritten: str | None, error: str | None, not_run: bool, violations: tuple[str, ...],
-             calls: tuple[ModelCall, ...], cells: list[JudgeOutcome]) -> GeoOutcome:
-    """The row's outcome: its ranks the means over the judges that scored it."""
+             calls: tuple[ModelCall, ...], cells: list[JudgeOutcome], started: float) -> GeoOutcome:
+    """The row's outcome: its ranks the means over the judges that scored it; its wall
+    time from `started` (perf_counter), JUnit's time for the row."""
     scored = [c for c in cells if c.rank_improvement is not None]
     if error is not None:
         calls = tuple(ModelCall(**c) for c in calls)
     before_mean = _mean([c.rank_before for c in scored if c.rank_before is not None])
     after_mean = _mean([c.rank_after for c in scored if c.rank_after is not None])
     return GeoOutcome(row.query_id, row.target_id, before_mean, after_mean, rewritten, error, (), violations,
-                      calls, not_run, tuple(cells))
+                      calls, not_run, tuple(cells), seconds=time.perf_counter() - started)
 
 
 async def _stop(given: Iterable[asyncio.Future[Any]]) -> None:
