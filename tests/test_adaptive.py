@@ -717,7 +717,7 @@ def test_unchanged_limits_are_not_set_again_unless_a_pause_ended() -> None:
 def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A server answering one call at a time, 0.2 s each, behind a URL not known to be
+    """A server answering one call at a time, 0.1 s each, behind a URL not known to be
     local (a model server on a public name), so auto opens as for a hosted API: 16 rows,
     every row's first two calls at once, 32 requests. It sees the queue in the latencies
     and cuts to the server's pace (about one row, two requests; its fastest latency seen,
@@ -725,7 +725,7 @@ def test_auto_stops_piling_requests_on_a_server_that_answers_one_at_a_time(
     rows' last calls wait for the queue to drain instead of joining it, so the last 8 find
     at most 8 requests at the server (before: about 20). The engine's path, real SDK."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    fake_openai.latency = 0.2
+    fake_openai.latency = 0.1
     fake_openai.serial = True
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in geo_rows(16)), encoding="utf-8")

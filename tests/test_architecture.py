@@ -4,6 +4,7 @@ itself back through another at import time."""
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +44,14 @@ def import_time_imports(path: Path) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
+    """A fresh copy each call (a test may plant an edge); the package is parsed once."""
+    return {name: set(targets) for name, targets in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, frozenset[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         targets = {t for t in import_time_imports(path) if t in modules}
         # Importing a.b.c runs a/__init__ and a/b/__init__ too, unless they are the
@@ -53,7 +60,7 @@ def import_graph() -> dict[str, set[str]]:
         for target in list(targets):
             parts = target.split(".")
             targets.update(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules)
-        graph[name] = targets - own - {name}
+        graph[name] = frozenset(targets - own - {name})
     return graph
 
 
@@ -182,7 +189,13 @@ def upward_imports(edges: dict[str, set[str]]) -> list[str]:
 
 
 def package_imports() -> dict[str, set[str]]:
-    return {module_name(path): runtime_imports(path) for path in PACKAGE.rglob("*.py")
+    """A fresh copy each call (a test may plant an import); the package is parsed once."""
+    return {name: set(imported) for name, imported in _package_imports().items()}
+
+
+@functools.cache
+def _package_imports() -> dict[str, frozenset[str]]:
+    return {module_name(path): frozenset(runtime_imports(path)) for path in PACKAGE.rglob("*.py")
             if module_name(path) != "pytest_geo"}
 
 

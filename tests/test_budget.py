@@ -459,8 +459,10 @@ def pytest_configure_node(node):
 def test_a_worker_that_cannot_see_the_ledger_refuses_to_start(served_project: GeoProject) -> None:
     pytest.importorskip("xdist")
     served_project.priced().pytester.makeconftest(ELSEWHERE)
+    # One refusal shows it: xdist would otherwise start four replacements, each refused alike.
     result = served_project.pytester.runpytest(str(served_project.dataset(2)), "--geo-base-url",
-                                               served_project.server.url, "-n", "1", "--geo-budget", "1")
+                                               served_project.server.url, "-n", "1", "--max-worker-restart", "0",
+                                               "--geo-budget", "1")
     assert result.ret != pytest.ExitCode.OK
     assert ("--geo-budget: this xdist worker cannot find its controller's budget ledger "
             "(/nonexistent/pytest-geo-budget.json): the workers must share the controller's file system (local -n N)"

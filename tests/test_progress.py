@@ -114,6 +114,7 @@ def test_on_a_terminal_the_line_is_redrawn_and_leaves_pytests_screen_intact(
     args = [str(dataset), "--geo-base-url", slow_server.server.url, "--geo-no-cache", "--geo-concurrency", "2",
             "-p", "no:cacheprovider", "-p", "no:xdist", *verbosity]
     shown = run_in_pty(args, slow_server.pytester.path)
+    slow_server.server.latency = 0.0  # the screen to compare with: pytest's own, however fast
     hidden = run_in_pty([*args, "--geo-progress", "off"], slow_server.pytester.path)
     assert STATUS.search(shown) and not STATUS.search(hidden)
     assert "$0.0" in shown  # the cost so far (gpt-4o-mini has a price: geo_prices)
@@ -270,13 +271,15 @@ def test_a_run_of_short_calls_shows_the_line_in_a_log(served_project: GeoProject
 
 @pytest.mark.e2e
 def test_a_run_of_short_calls_shows_the_line_on_a_terminal(served_project: GeoProject) -> None:
-    served_project.server.latency = 0.08
-    dataset = served_project.dataset(16)
+    """As in a log (above): the run starts past SHOW_AFTER, set in the project's conftest."""
+    served_project.pytester.makeconftest("from pytest_geo.report import progress\n\nprogress.SHOW_AFTER = 0.0\n")
+    served_project.server.latency = 0.08  # a row takes ~0.2 s: never one tick's wait
+    dataset = served_project.dataset(4)
     shown = run_in_pty([str(dataset), "--geo-base-url", served_project.server.url, "--geo-no-cache",
                         "--geo-concurrency", "1", "-p", "no:cacheprovider", "-p", "no:xdist"],
                        served_project.pytester.path)
     assert STATUS.search(shown)
-    assert "16 passed" in screen_without_timing(shown)[-1]  # and gone from the final screen
+    assert "4 passed" in screen_without_timing(shown)[-1]  # and gone from the final screen
 
 
 STOPPING_CONFTEST = '''

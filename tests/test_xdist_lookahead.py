@@ -110,19 +110,32 @@ def pytest_sessionfinish(session):
 
 @pytest.mark.xdist
 def test_worksteal_runs_every_row_once(served_project: GeoProject) -> None:
-    # worksteal gives rows 0-7 to one worker and 8-15 to the other. Rows 8-15 are slow,
-    # so the first worker runs out of work and steals from the second.
+    # worksteal gives rows 0-7 to one worker and 8-15 to the other. Rows 8-15 are held at
+    # the server until the first worker has sent all its calls and a third row of 8-15 has
+    # arrived: under worksteal a worker schedules its item and `nextitem` only, so that row
+    # was stolen. No fixed delay has to outlast a loaded machine's start-up; if nothing is
+    # stolen, the held calls wait out hold_seconds and `released` stays unset.
     served_project.pytester.makeconftest(WHO_RAN)
-    enter = served_project.server._enter
+    server = served_project.server
+    enter = server._enter
+    arrived: list[int] = []
 
-    def slow_second_half(body: dict[str, Any], headers: dict[str, str]) -> None:
+    def second_half_waits_for_a_thief(body: dict[str, Any], headers: dict[str, str]) -> None:
         enter(body, headers)
-        time.sleep(1.0 if row_of(body) >= 8 else 0.05)  # a wide margin: stealing must happen on a loaded machine too
+        with server.lock:
+            arrived.append(row_of(body))
+            first_half_sent = sum(row < 8 for row in arrived) >= 8 * 3
+            if first_half_sent and len({row for row in arrived if row >= 8}) > 2:
+                server.released.set()
+        if row_of(body) >= 8:
+            time.sleep(0.3)  # and stay slow: the rows the second worker has left start before it is done
 
-    served_project.server._enter = slow_second_half  # type: ignore[method-assign]
+    server._enter = second_half_waits_for_a_thief  # type: ignore[method-assign]
+    server.holds = lambda body: row_of(body) >= 8
     dataset = served_project.dataset(16)
     result = run(served_project, dataset, "stolen", "-n", "2", "--dist", "worksteal", "--geo-concurrency", "4")
     result.assert_outcomes(passed=16)
+    assert server.released.is_set()
     assert requests_per_row(served_project) == {i: 3 for i in range(16)}  # nothing ran twice
     ran = json.loads((served_project.pytester.path / "ran.json").read_text())
     slow_rows_ran_on = {ran[f"rows.jsonl::r{i}"] for i in range(8, 16)}
