@@ -8,21 +8,12 @@ attack and suite names are escaped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
 from pytest_geo.report.flags import PANEL, cell_text, rate_text
-
-
-def _td(text: str, cls: str = "") -> str:
-    attr = f' class="{cls}"' if cls else ""
-    return f"<td{attr}>{escape(text)}</td>"
-
-
-def _table(cls: str, headers: Sequence[str], rows: Sequence[str]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
+from pytest_geo.report.html_tables import html_table, td
 
 
 def panel_last(names: Iterable[str]) -> list[str]:
@@ -37,8 +28,8 @@ def _rate_row(name: str, steps: Mapping[str, Mapping[str, Any]]) -> str:
     them; a before rate over fewer rows (a cache without the list) says over how many."""
     before, after = steps["before"], steps["after"]
     shown = rate_text(before["rate"]) + ("" if before["n"] == after["n"] else f" (n={before['n']})")
-    return ("<tr>" + _td(name) + _td(shown, "num") + _td(rate_text(after["rate"]), "num")
-            + _td(str(after["n"]), "num") + "</tr>")
+    return ("<tr>" + td(name) + td(shown, "num") + td(rate_text(after["rate"]), "num")
+            + td(str(after["n"]), "num") + "</tr>")
 
 
 def flags_section(report: Mapping[str, Any]) -> list[str]:
@@ -54,7 +45,7 @@ def flags_section(report: Mapping[str, Any]) -> list[str]:
     for s in flagged:
         rows = [_rate_row(name, s["flag_rates"][name]) for name in panel_last(s["flag_rates"])]
         parts += [f"<h3>{escape(s['suite'])} [{escape(s['split'])}]</h3>",
-                  _table("flags", ("judge", "flagged before", "flagged after", "n"), rows)]
+                  html_table("flags", ("judge", "flagged before", "flagged after", "n"), rows)]
     return parts
 
 
@@ -72,9 +63,9 @@ def red_team_section(report: Mapping[str, Any]) -> list[str]:
     for team in teams:
         attacks: Mapping[str, Mapping[str, Mapping[str, Any]]] = team["attacks"]
         judges = panel_last(name for cells in attacks.values() for name in cells)
-        rows = ["<tr>" + _td(attack) + "".join(_td(cell_text(cells[name], "±"), "num") if name in cells else _td("")
+        rows = ["<tr>" + td(attack) + "".join(td(cell_text(cells[name], "±"), "num") if name in cells else td("")
                                                for name in judges) + "</tr>"
                 for attack, cells in attacks.items()]
         parts += [f"<h3>{escape(team['suite'])} [{escape(team['split'])}]</h3>",
-                  _table("redteam", ("attack", *judges), rows)]
+                  html_table("redteam", ("attack", *judges), rows)]
     return parts

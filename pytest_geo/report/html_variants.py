@@ -9,31 +9,22 @@ variant's, so a large run adds little to the file. Text goes in with textContent
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from html import escape
 from importlib import resources
 from typing import Any
 
 from pytest_geo.report.html_flags import panel_last
+from pytest_geo.report.html_tables import html_table, td
 from pytest_geo.report.numbers import format_ci, format_fixed, format_p
 from pytest_geo.report.stopping import not_spent
 from pytest_geo.report.viewer_data import script_json
 
 
-def _td(text: str, cls: str = "") -> str:
-    attr = f' class="{cls}"' if cls else ""
-    return f"<td{attr}>{escape(text)}</td>"
-
-
 def _num(value: Any, decimals: int = 4, sign: bool = False) -> str:
     if value is None:
-        return _td("", "num")
-    return _td(f"{float(value):+.{decimals}f}" if sign else format_fixed(float(value), decimals), "num")
-
-
-def _table(cls: str, headers: Sequence[str], rows: Sequence[str]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
+        return td("", "num")
+    return td(f"{float(value):+.{decimals}f}" if sign else format_fixed(float(value), decimals), "num")
 
 
 def variants_section(report: Mapping[str, Any]) -> list[str]:
@@ -52,23 +43,23 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
         for v in c["variants"]:
             place = 1 + sum(1 for other in scores if other > v["score"])
             s = suites.get((v["suite"], c["split"]), {})
-            ranked.append("<tr>" + _td(str(place), "num") + _td(v["variant"]) + _td(str(v["n"]), "num")
-                          + _num(v["score"]) + _td(format_ci(s.get("ci95")) if s.get("ci95") else "", "num")
+            ranked.append("<tr>" + td(str(place), "num") + td(v["variant"]) + td(str(v["n"]), "num")
+                          + _num(v["score"]) + td(format_ci(s.get("ci95")) if s.get("ci95") else "", "num")
                           + _num(s.get("win_rate")) + _num(s.get("judge_noise")) + "</tr>")
         pairs = []
         for p in c["pairs"]:
             significant = p["sign_test_p"] < 0.05
             tied = " (tied)" if p.get("tied") else ""
-            pairs.append("<tr>" + _td(p["better"] + tied) + _td(p["worse"] + tied) + _td(str(p["n"]), "num")
+            pairs.append("<tr>" + td(p["better"] + tied) + td(p["worse"] + tied) + td(str(p["n"]), "num")
                          + _num(p["mean_diff"], sign=True) + _num(p["stderr"])
-                         + _td(format_ci(p["ci95"]) if p.get("ci95") else "n/a", "num")
-                         + _td(f"{p['improved']}/{p['unchanged']}/{p['worsened']}", "num")
-                         + _td(format_p(p["sign_test_p"]), "num" + (" good" if significant else ""))
-                         + _td(str(p["excluded"]), "num") + "</tr>")
+                         + td(format_ci(p["ci95"]) if p.get("ci95") else "n/a", "num")
+                         + td(f"{p['improved']}/{p['unchanged']}/{p['worsened']}", "num")
+                         + td(format_p(p["sign_test_p"]), "num" + (" good" if significant else ""))
+                         + td(str(p["excluded"]), "num") + "</tr>")
         parts += [
             f"<h3>{escape(c['suite'])} [{escape(c['split'])}]</h3>",
-            _table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
-            _table("variant-pairs", ("first", "second", "paired n", "mean diff", "stderr", "95% CI",
+            html_table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
+            html_table("variant-pairs", ("first", "second", "paired n", "mean diff", "stderr", "95% CI",
                                      "rows first better/tied/worse", "sign test p", "rows left out"), pairs),
         ]
     return parts
@@ -79,13 +70,13 @@ def noise_section(report: Mapping[str, Any]) -> list[str]:
     noisy = [s for s in report.get("suites", []) if s.get("judge_noise") is not None]
     if not noisy:
         return []
-    rows = ["<tr>" + _td(s["suite"]) + _td(s["split"]) + _num(s["score"]) + _num(s["judge_noise"])
-            + _td(f"{s.get('rows_within_noise', 0)} of {s.get('rows_moved', 0)}", "num") + "</tr>" for s in noisy]
+    rows = ["<tr>" + td(s["suite"]) + td(s["split"]) + _num(s["score"]) + _num(s["judge_noise"])
+            + td(f"{s.get('rows_within_noise', 0)} of {s.get('rows_moved', 0)}", "num") + "</tr>" for s in noisy]
     return ["<h2>Judge noise</h2>",
             '<p class="meta">How far the ranker moves a target when only the candidates\' order changes: the mean '
             "absolute deviation of rank_before over the repeats' orders, averaged over rows. A gain no larger "
             "than it could be the judge reshuffling.</p>",
-            _table("noise", ("suite", "split", "avg rank improvement", "judge noise", "moved rows within noise"),
+            html_table("noise", ("suite", "split", "avg rank improvement", "judge noise", "moved rows within noise"),
                    rows)]
 
 
@@ -130,10 +121,10 @@ def sequential_section(report: Mapping[str, Any]) -> list[str]:
                      f'{e["rows_available"]} rows ({e["rows_run"]} ran); '
                      f'{escape(not_spent(e))}. '
                      f'Guarantee: {escape(e["guarantee"])}.</p>')
-        rows = ["<tr>" + _td(p["verdict"]) + _td(str(p["decided_after"] or ""), "num") + _td(str(p["n"]), "num")
-                + _num(p["mean_diff"], sign=True) + _td(format_ci(p["interval"]), "num") + "</tr>"
+        rows = ["<tr>" + td(p["verdict"]) + td(str(p["decided_after"] or ""), "num") + td(str(p["n"]), "num")
+                + _num(p["mean_diff"], sign=True) + td(format_ci(p["interval"]), "num") + "</tr>"
                 for p in e["pairs"]]
-        parts.append(_table("sequential", ("decision", "decided after rows", "rows in the test", "mean diff",
+        parts.append(html_table("sequential", ("decision", "decided after rows", "rows in the test", "mean diff",
                                            "anytime-valid interval"), rows))
     return parts
 
@@ -151,28 +142,28 @@ def judges_section(report: Mapping[str, Any]) -> list[str]:
              "original candidates, and the share of rows whose judges all saw the same direction.</p>"]
     for s in judged:
         figures = [*s["judges"].items(), ("panel", s["panel"])]
-        rows = ["<tr>" + _td(name) + _td(str(m["n"]), "num") + _num(m["avg_rank_improvement"], sign=True)
+        rows = ["<tr>" + td(name) + td(str(m["n"]), "num") + _num(m["avg_rank_improvement"], sign=True)
                 + _num(m["win_rate"]) + _num(m["stderr_rank_improvement"]) + "</tr>" for name, m in figures]
         a = s["agreement"]
         parts += [f"<h3>{escape(s['suite'])} [{escape(s['split'])}]</h3>",
-                  _table("judges", ("judge", "n", "avg rank improvement", "win rate", "stderr"), rows),
-                  _table("agreement", ("Krippendorff's alpha", "mean Kendall tau", "direction agreement",
+                  html_table("judges", ("judge", "n", "avg rank improvement", "win rate", "stderr"), rows),
+                  html_table("agreement", ("Krippendorff's alpha", "mean Kendall tau", "direction agreement",
                                        "rows two or more judges scored"),
                          ["<tr>" + _num(a["krippendorff_alpha"]) + _num(a["mean_kendall_tau"])
-                          + _num(a["direction_agreement"]) + _td(str(a["direction_rows"]), "num") + "</tr>"])]
+                          + _num(a["direction_agreement"]) + td(str(a["direction_rows"]), "num") + "</tr>"])]
     for c in report.get("variants") or []:
         table = c.get("matrix")
         if not table:
             continue
         columns = panel_last(next(iter(table.values())))
-        rows = ["<tr>" + _td(variant) + "".join(
-            _td(f"{row[name]['mean']:+.4f} ± {row[name]['stderr']:.4f} (n={row[name]['n']})", "num")
-            if name in row else _td("") for name in columns) + "</tr>" for variant, row in table.items()]
-        pairs = ["<tr>" + _td(p["better"]) + _td(p["worse"]) + _td(p["judge"]) + _td(str(p["n"]), "num")
-                 + _num(p["mean_diff"], sign=True) + _num(p["stderr"]) + _td(format_p(p["sign_test_p"]), "num")
+        rows = ["<tr>" + td(variant) + "".join(
+            td(f"{row[name]['mean']:+.4f} ± {row[name]['stderr']:.4f} (n={row[name]['n']})", "num")
+            if name in row else td("") for name in columns) + "</tr>" for variant, row in table.items()]
+        pairs = ["<tr>" + td(p["better"]) + td(p["worse"]) + td(p["judge"]) + td(str(p["n"]), "num")
+                 + _num(p["mean_diff"], sign=True) + _num(p["stderr"]) + td(format_p(p["sign_test_p"]), "num")
                  + "</tr>" for p in c.get("judge_pairs", [])]
         parts += [f"<h3>variants x judges: {escape(c['suite'])} [{escape(c['split'])}]</h3>",
-                  _table("judge-matrix", ("variant", *columns), rows),
-                  _table("judge-pairs", ("better", "worse", "judge", "paired n", "mean diff", "stderr",
+                  html_table("judge-matrix", ("variant", *columns), rows),
+                  html_table("judge-pairs", ("better", "worse", "judge", "paired n", "mean diff", "stderr",
                                          "sign test p"), pairs)]
     return parts
