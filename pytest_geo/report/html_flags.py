@@ -64,7 +64,7 @@ def red_team_section(report: Mapping[str, Any]) -> list[str]:
         attacks: Mapping[str, Mapping[str, Mapping[str, Any]]] = team["attacks"]
         judges = panel_last(name for cells in attacks.values() for name in cells)
         rows = ["<tr>" + td(attack) + "".join(td(cell_text(cells[name], "±"), "num") if name in cells else td("")
-                                               for name in judges) + "</tr>"
+                                              for name in judges) + "</tr>"
                 for attack, cells in attacks.items()]
         parts += [f"<h3>{escape(team['suite'])} [{escape(team['split'])}]</h3>",
                   html_table("redteam", ("attack", *judges), rows)]

@@ -60,7 +60,7 @@ def variants_section(report: Mapping[str, Any]) -> list[str]:
             f"<h3>{escape(c['suite'])} [{escape(c['split'])}]</h3>",
             html_table("variants", ("place", "variant", "n", "score", "95% CI", "win rate", "judge noise"), ranked),
             html_table("variant-pairs", ("first", "second", "paired n", "mean diff", "stderr", "95% CI",
-                                     "rows first better/tied/worse", "sign test p", "rows left out"), pairs),
+                                         "rows first better/tied/worse", "sign test p", "rows left out"), pairs),
         ]
     return parts
 
@@ -77,7 +77,7 @@ def noise_section(report: Mapping[str, Any]) -> list[str]:
             "absolute deviation of rank_before over the repeats' orders, averaged over rows. A gain no larger "
             "than it could be the judge reshuffling.</p>",
             html_table("noise", ("suite", "split", "avg rank improvement", "judge noise", "moved rows within noise"),
-                   rows)]
+                       rows)]
 
 
 def side_by_side_section(report: Mapping[str, Any]) -> list[str]:
@@ -125,7 +125,7 @@ def sequential_section(report: Mapping[str, Any]) -> list[str]:
                 + _num(p["mean_diff"], sign=True) + td(format_ci(p["interval"]), "num") + "</tr>"
                 for p in e["pairs"]]
         parts.append(html_table("sequential", ("decision", "decided after rows", "rows in the test", "mean diff",
-                                           "anytime-valid interval"), rows))
+                                               "anytime-valid interval"), rows))
     return parts
 
 
@@ -148,9 +148,9 @@ def judges_section(report: Mapping[str, Any]) -> list[str]:
         parts += [f"<h3>{escape(s['suite'])} [{escape(s['split'])}]</h3>",
                   html_table("judges", ("judge", "n", "avg rank improvement", "win rate", "stderr"), rows),
                   html_table("agreement", ("Krippendorff's alpha", "mean Kendall tau", "direction agreement",
-                                       "rows two or more judges scored"),
-                         ["<tr>" + _num(a["krippendorff_alpha"]) + _num(a["mean_kendall_tau"])
-                          + _num(a["direction_agreement"]) + td(str(a["direction_rows"]), "num") + "</tr>"])]
+                                           "rows two or more judges scored"),
+                             ["<tr>" + _num(a["krippendorff_alpha"]) + _num(a["mean_kendall_tau"])
+                              + _num(a["direction_agreement"]) + td(str(a["direction_rows"]), "num") + "</tr>"])]
     for c in report.get("variants") or []:
         table = c.get("matrix")
         if not table:
@@ -165,5 +165,5 @@ def judges_section(report: Mapping[str, Any]) -> list[str]:
         parts += [f"<h3>variants x judges: {escape(c['suite'])} [{escape(c['split'])}]</h3>",
                   html_table("judge-matrix", ("variant", *columns), rows),
                   html_table("judge-pairs", ("better", "worse", "judge", "paired n", "mean diff", "stderr",
-                                         "sign test p"), pairs)]
+                                             "sign test p"), pairs)]
     return parts
