@@ -14,7 +14,7 @@ import pytest
 
 from conftest import GeoProject
 from pytest_geo.llm.openai_client import KEY_LIKE, OpenAIChatClient
-from pytest_geo.llm.redaction import SECRET_KEY_LIKE
+from pytest_geo.llm.redaction import SECRET_KEY_LIKE, FileRedactor
 
 
 @pytest.mark.unit
@@ -108,6 +108,17 @@ def test_a_key_in_either_base64_alphabet_is_redacted(encode: Any) -> None:
     redacted = OpenAIChatClient(api_key=URL_SAFE_KEY).redact(f"Authorization: Bearer {written}")
     assert redacted.startswith("Authorization: Bearer ") and "[key]" in redacted
     assert "Pz4" not in redacted and "fn4tdXJsLXNhZmUtMDA0" not in redacted
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("written", "redacted"), [
+    # base64 with no `=` (nothing an escape starts with): its whole groups; "Mg" is "2" alone
+    ("c2stcHJvai0/Pz4+fn4tdXJsLXNhZmUtMDA0Mg", "[key]Mg"),
+    ("736b2d70726f6a2d3f3f3e3e7e7e2d75726c2d736166652d30303432", "[key]"),  # hex
+    ("proj-??>>~~-url-safe-0042", "proj-??>>~~-url-safe-0042"),  # the key less its `sk-`: not the key
+])
+def test_a_file_line_with_only_an_encoded_key_is_not_passed_as_plain(written: str, redacted: str) -> None:
+    assert FileRedactor(URL_SAFE_KEY).text(f"id q1 {written} end") == f"id q1 {redacted} end"
 
 
 @pytest.mark.unit
