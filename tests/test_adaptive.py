@@ -826,11 +826,11 @@ def test_a_fast_local_server_gets_well_past_eight_rows(
 def test_a_local_server_answering_one_call_at_a_time_keeps_few_in_flight(
     tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same local defaults against a server answering one call at a time (0.2 s
+    """The same local defaults against a server answering one call at a time (0.1 s
     each, a CPU model's server): the queue shows in the latencies, so auto ends at a few
     rows and the server never holds more than a handful of requests."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    fake_openai.latency = 0.2
+    fake_openai.latency = 0.1
     fake_openai.serial = True
     stats = _evaluate(fake_openai, tmp_path, 16, _local(fake_openai)).concurrency_stats()
     assert stats.limit <= 4 and stats.reached <= 6, stats

@@ -26,7 +26,9 @@ from test_reporting import transcript_lines, with_calls
 from conftest import DUMMY_KEY, SMOKE, copy_prompts
 from pytest_geo.report.html import write_html_report
 
-pytestmark = pytest.mark.browser
+# One worker builds the reports and launches Chromium for the whole module (`--dist
+# loadgroup` in pyproject), not each worker its own.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 
 def unavailable(reason: str) -> NoReturn:

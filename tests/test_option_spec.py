@@ -45,12 +45,14 @@ def test_the_table_is_what_a_user_knows() -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("pytest-help")  # one worker runs `pytest --help` for them all
 @pytest.mark.parametrize("option", PYTEST_FLAGS, ids=lambda o: o.name)
 def test_every_pytest_flag_is_in_pytest_help(pytest_help: str, option: Option) -> None:
     assert f" {option.name}" in pytest_help
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("pytest-help")  # one worker runs `pytest --help` for them all
 @pytest.mark.parametrize("option", INI_NAMES, ids=lambda o: o.ini)
 def test_every_ini_name_is_in_pytest_help(pytest_help: str, option: Option) -> None:
     assert f" {option.ini} " in pytest_help
@@ -67,6 +69,7 @@ def test_every_egeo_flag_is_in_its_commands_help(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("pytest-help")  # one worker runs `pytest --help` for them all
 def test_help_texts_name_each_front_ends_own_flags(pytest_help: str, capsys: pytest.CaptureFixture[str]) -> None:
     evaluate = egeo_help(capsys, "evaluate")
     assert "upper bound of --geo-concurrency auto, in rows (ini: geo_max_concurrency; default: 256)" in pytest_help
