@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_geo import __version__
 from pytest_geo.data.dataset import DatasetError, DatasetLine, GeoRow, RowProblem, iter_dataset, row_names
-from pytest_geo.data.egeo_data import is_egeo_data
+from pytest_geo.data.egeo_data import dataset_split, is_egeo_data
 from pytest_geo.data.record import geo_record, problem_record
 from pytest_geo.data.sampling import chosen_indices
 from pytest_geo.engine.query_blind import check_query_blind
@@ -252,7 +252,7 @@ def _evaluate(args: argparse.Namespace, settings: Settings) -> int:
     take_counts(results, geo)  # the plugin's records, aggregation and summary, so egeo and pytest cannot drift
     results.budget = budget_status(settings)
     for name, problem in problems:
-        results.add(problem_record(problem, suite=dataset, split="train", nodeid=f"{dataset}::{name}"))
+        results.add(problem_record(problem, suite=dataset, split=dataset_split(dataset), nodeid=f"{dataset}::{name}"))
     # stderr: stdout stays the E-GEO harness's metrics JSON
     for line in [*run_notes(results, settings.mock, "pytest's ini option geo_prices"), *fact_lines(results),
                  *_partial(results, geo.stopped), *panel_lines(results), *flag_lines(results),
@@ -287,7 +287,7 @@ def _run(geo: GeoSession, jobs: Sequence[Job], results: Results, verbose: bool) 
         for (nodeid, suite, row), outcome in zip(batch, outcomes, strict=True):
             if outcome.not_run:  # never sent (the budget, a server found unusable): no score
                 continue
-            record = geo_record(row, outcome.record(), suite=suite, split="train", nodeid=nodeid)
+            record = geo_record(row, outcome.record(), suite=suite, split=dataset_split(row.path), nodeid=nodeid)
             results.add(record)
             if results.sequential is not None:
                 results.sequential.add(record)
@@ -341,7 +341,7 @@ def _metrics(results: Results, dataset: str, variants: list[str]) -> Any:
 
 
 def _monitor(settings: Settings, jobs: Sequence[Job]) -> Monitor:
-    return monitor_for([planned_row(nodeid, suite, "train", row.variant, len(row.candidates))
+    return monitor_for([planned_row(nodeid, suite, dataset_split(row.path), row.variant, len(row.candidates))
                         for nodeid, suite, row in jobs], settings)
 
 

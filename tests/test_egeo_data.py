@@ -146,3 +146,28 @@ def test_judges_named_after_a_cache_take_their_before_ranking_from_it(pytester: 
         assert row["judges"][name]["order_before"] == cache["10000"]
         assert row["judges"][name]["rank_before"] == cache["10000"].index(row["target_id"]) + 1
     assert report["geo"]["datasets"]["egeo/test_data.json"]["n"] == 3
+
+
+@pytest.mark.plugin
+def test_egeo_test_data_rows_report_the_test_split_in_both_front_ends(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_data.json is E-GEO's held-out split: its rows and aggregates say `test`, as a
+    suite's `test_data` does; a JSONL dataset's rows stay `train` (a suite's `data`)."""
+    shutil.copytree(FIXTURE, pytester.path / "egeo")
+    pytester.makefile(".jsonl", rows=json.dumps({
+        "query_id": "j1", "query": "kettle", "target_id": "b",
+        "candidates": [{"id": "a", "title": "A", "description": "steel"}, {"id": "b", "title": "B", "description": "lid"}]}))
+    result = pytester.runpytest("--geo-dataset", "egeo/test_data.json", "rows.jsonl", "--geo-mock", "-p",
+                                "no:cacheprovider", "-k", "10000 or 10007 or j1", "--geo-report", "r.json")
+    result.assert_outcomes(passed=3, deselected=18)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert sorted((r["query_id"], r["split"]) for r in report["rows"]) == [
+        ("10000", "test"), ("10007", "test"), ("j1", "train")]
+    assert sorted((s["suite"], s["split"]) for s in report["suites"]) == [
+        ("egeo/test_data.json", "test"), ("rows.jsonl", "train")]
+
+    from pytest_geo import cli
+    monkeypatch.chdir(pytester.path)
+    assert cli.main(["evaluate", "--dataset", "egeo/test_data.json", "--mock", "--limit", "2", "--report", "e.json"]) == 0
+    egeo = json.loads((pytester.path / "e.json").read_text())
+    assert [r["split"] for r in egeo["rows"]] == ["test", "test"]

@@ -450,9 +450,9 @@ def test_flag_rates_and_the_red_team_table_show_the_json_reports_figures(
     shown = {tables.nth(i).locator("xpath=preceding-sibling::h3[1]").inner_text():
              [row.split("\t") for row in tables.nth(i).locator("tbody tr").all_inner_texts()]
              for i in range(tables.count())}
-    assert shown["egeo/test_data.json[injection] [train]"] == [
+    assert shown["egeo/test_data.json[injection] [test]"] == [
         ["vigilant", "0.0000", "1.0000", "3"], ["naive", "0.0000", "0.0000", "3"], ["panel", "0.0000", "1.0000", "3"]]
-    assert shown["egeo/test_data.json[competitive] [train]"] == [
+    assert shown["egeo/test_data.json[competitive] [test]"] == [
         ["vigilant", "0.0000", "0.0000", "3"], ["naive", "0.0000", "0.0000", "3"], ["panel", "0.0000", "0.0000", "3"]]
     # ... as the terminal printed them
     assert ("  flagged as questionable (before -> after): vigilant 0.0000 -> 1.0000 (n=3) | "

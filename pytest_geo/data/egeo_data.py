@@ -32,6 +32,13 @@ def _split_of(path: Path) -> str:
     return "test" if path.name.startswith("test") else "train"
 
 
+def dataset_split(path: Path | str) -> str:
+    """The split a dataset's rows report: E-GEO's test_data.json is its held-out `test`
+    split; any other dataset (a JSONL file, E-GEO's train or validation file) is training
+    data, as a suite's `data` is."""
+    return _split_of(Path(path)) if is_egeo_data(path) else "train"
+
+
 def selected_products_path(path: Path) -> Path:
     return path.with_name(f"{_split_of(path)}_selected_products.json")
 

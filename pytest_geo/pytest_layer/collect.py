@@ -18,6 +18,7 @@ from pytest_geo.data.dataset import (
     packed_line,
     row_names,
 )
+from pytest_geo.data.egeo_data import dataset_split
 from pytest_geo.data.record import GEO_METRIC
 from pytest_geo.pytest_layer.items import (
     EmptySplitItem,
@@ -81,9 +82,9 @@ class GeoDatasetFile(pytest.File):
         if not lines:
             # The suite rule: an empty dataset still reports (n=0, 0.0, "no examples").
             yield EmptySplitItem.from_parent(self, name="[no examples]", metric=_GEO_METRIC_ENTRY,
-                                             suite=self.nodeid, split="train")
+                                             suite=self.nodeid, split=dataset_split(self.path))
             return
-        yield from _geo_items(self, lines, suite=self.nodeid, split="train")
+        yield from _geo_items(self, lines, suite=self.nodeid, split=dataset_split(self.path))
 
 
 class SuiteCollector(pytest.Collector):
