@@ -392,6 +392,29 @@ def test_a_rate_is_learned_over_at_least_two_seconds_of_episodes() -> None:
     assert asyncio.run(scenario()) == pytest.approx(256 / 3.7)
 
 
+@pytest.mark.unit
+def test_no_rate_is_learned_over_episodes_less_than_two_seconds_apart() -> None:
+    """Slow start's burst spends a sliding window, which then refuses all it is sent until
+    its admissions age out: 12 successes in the 1.6 s to the next 429 (7.5/s) say
+    nothing of its rate, and learned they would hold the requests there. Two seconds of
+    episodes are needed, and there is only 1.6 s."""
+    clock = FakeClock()
+
+    async def scenario() -> float | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 1)
+        clock.now += 0.15
+        for _ in range(12):
+            controller.observe(200, {})
+        clock.now = 101.6
+        _refused_with(controller, 1)
+        await asyncio.sleep(0.15)
+        return controller.allowed_rate
+
+    assert asyncio.run(scenario()) is None
+
+
 def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
     loop); the wait it hands the refused request is dropped."""

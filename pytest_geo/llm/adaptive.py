@@ -41,7 +41,8 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   one after a quiet spell that doubles with each refused probe; after the pause, the
   requests resume at half of it and grow back by half again a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
-  episode, so the successes between the last two are the rate the server grants; the
+  episode, so the successes between two at least LEARN_SPAN apart are the rate the
+  server grants (not sooner: nearer episodes may lie in a window still spent); the
   request limiter is capped at that rate times a call's latency, as with headers below,
   and the rate is probed upwards by 1% a second (nothing else says when it grows).
   Halving alone would overshoot and pause again every few round trips, and a rate
@@ -111,7 +112,7 @@ SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate av
 # Weight of the newest call in the average of tokens a call is charged: prompts of 2,000 to
 # 6,000 tokens vary by a third of their mean, which 1/32 averages to about 4%.
 TOKEN_SMOOTHING = 1 / 32
-LEARN_SPAN = 2.0  # seconds: a rate is learned over the episodes of at least this long, when there are
+LEARN_SPAN = 2.0  # seconds: a rate is learned only over the episodes of at least this long
 MIN_PACE = 0.5  # the least share of a stated rate that refusals trim the pace to
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
@@ -466,11 +467,12 @@ class AdaptiveConcurrency:
         if self._last_refusal is not None:
             self._marks.append((self._last_refusal, self._successes_before, self._tokens_before))
         if learn and self._marks and self._latency is not None:
-            # Over at least LEARN_SPAN: a window whose Retry-After undersells it is still
-            # spent when its pause ends, so a gap of a few pauses counts few successes.
-            since, before, tokens = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
-                                         self._marks[0])
-            if now > since:
+            # Over at least LEARN_SPAN, else not yet: a window whose Retry-After undersells
+            # it is still spent when its pause ends, so a gap of a few pauses counts few
+            # successes (slow start's burst, then 12 successes in 0.56 s: 21/s of 100).
+            mark = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN), None)
+            if mark is not None:
+                since, before, tokens = mark
                 asyncio.get_running_loop().call_later(self._latency, self._learn_rate, before, now - since, tokens)
         self._last_refusal = now
         self._successes_before = self._successes
