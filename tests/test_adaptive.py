@@ -415,6 +415,29 @@ def test_no_rate_is_learned_over_episodes_less_than_two_seconds_apart() -> None:
     assert asyncio.run(scenario()) is None
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("answered, ceiling", [(10, 8), (40, 20)])
+def test_a_ceiling_is_never_below_half_the_answers_of_one_round_trip(answered: int, ceiling: int) -> None:
+    """Refused 12 times with 20 out: a cap would have taken 8. Having answered 10 in a
+    round trip (0.1 s), it may be one. Having answered 40, it is none of 8, which would
+    answer at most 8 a round trip (a rate's window, spent by slow start's burst, refuses
+    all it is sent until its old admissions age out): the ceiling stays at 20."""
+    clock = FakeClock()
+
+    async def scenario() -> int | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        for _ in range(answered):
+            clock.now += 0.001
+            controller.observe(200, {})
+        for out in range(20, 8, -1):
+            _refused_with(controller, out)
+            clock.now += 0.001
+        return controller.ceiling
+
+    assert asyncio.run(scenario()) == ceiling
+
+
 def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
     loop); the wait it hands the refused request is dropped."""
@@ -490,7 +513,7 @@ def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.L
         asyncio.run(scenario())
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("429")] == [
         "429 at 100.000: episode 1, refusal 1, 9 requests in flight; a cap, pause 1.00s, ceiling 8, resume 4.0, "
-        "granted none, latency 100 ms",
+        "granted none, latency 100 ms, held 0",
         "429 at 100.001: episode 1, refusal 2, 8 requests in flight",
     ]
     assert "limits at 100.000: 8 rows, 4 requests in flight" in caplog.messages

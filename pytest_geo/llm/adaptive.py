@@ -37,7 +37,10 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   tells which. Refused with more requests in flight than the server was seen to take
   (or before any 429), or within a round trip of the last pause's end, it is a cap: the
   requests out when the episode began, less those it refused, are the ceiling of
-  requests in flight (found at the first episode against a cap, and probed upwards by
+  requests in flight, never below half the most answered in one round trip (a cap
+  answers no more than its ceiling a round trip, while a rate's window that slow start's
+  burst spent refuses nearly all it is sent: 50 of 56, no cap of 6) (found at the first
+  episode against a cap, and probed upwards by
   one after a quiet spell that doubles with each refused probe; after the pause, the
   requests resume at half of it and grow back by half again a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
@@ -106,6 +109,7 @@ RESUME_STEP = 0.5  # requests in flight each answer adds after a cap's episode: 
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
 PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a second
+HELD_MARGIN = 2  # a cap's ceiling times this is more than it answers in a round trip (answers come in clumps)
 CEILING_PROBE = 15.0  # seconds without a 429 before a learned ceiling of requests in flight rises by one
 THROUGHPUT_CALLS = 128  # finished calls whose pace measures a bottleneck's throughput
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
@@ -288,6 +292,8 @@ class AdaptiveConcurrency:
         self._episode_refused = 0  # its refusals so far
         self._quiet_since = 0.0  # when the last 429 came (the clock): the ceiling's probe waits from it
         self._probe_wait = CEILING_PROBE  # doubles with each episode that refuses more in flight
+        self._answered: deque[float] = deque()  # when the successes of the last round trip came back
+        self._held = 0  # the most successes seen in one round trip: the server held as many at once
         self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
         self._finished: deque[float] = deque(maxlen=THROUGHPUT_CALLS)  # when the last calls came back
         self._queued: float | None = None  # smoothed server time of calls sent under the current limit
@@ -380,6 +386,7 @@ class AdaptiveConcurrency:
             return self.requests.requeue()
         if 200 <= status < 300:
             self._successes += 1
+            self._count_held()
             if self._resume is not None and self.clock() >= self._episode_end:
                 self._resume += RESUME_STEP
                 if self._ceiling is None or self._resume >= self._ceiling:
@@ -432,21 +439,40 @@ class AdaptiveConcurrency:
             if self._rate_episode and self._heard_rate() is not None:
                 self._pace = max(MIN_PACE, self._pace * TRIM_ON_PRESSURE)
         if not self._rate_episode:
-            # The requests out when the episode began, less those it refused, were taken (counted
-            # so, not by the requests still out: a busy client reads some answers meanwhile).
-            taken = max(1, self._episode_sent - self._episode_refused)
-            self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
-            self._tested = self._ceiling
-            # Resume at half the ceiling: were it a rate after all, the refill would run dry
-            # again, and a busy client reads that 429 late, after sending as many more to be
-            # refused as it has requests out. Growing back by half again a round trip, not
-            # one request: a first episode before any answer (slow start's burst of long
-            # prompts) cannot tell a token rate from a cap, and at one a 1 s round trip the
-            # way back from 15 to 27 requests cost a tenth of a 25 s run (bench_adaptive.py).
-            self._resume = self._ceiling * CUT_ON_429
+            self._cap_refusal()
         if trace.isEnabledFor(logging.DEBUG):
             trace.debug("429 at %.3f: episode %d, refusal %d, %d requests in flight%s", now, self._episodes,
                         self._episode_refused, in_flight, self._verdict() if first else "")
+
+    def _cap_refusal(self) -> None:
+        """A refusal in a cap's episode: the requests out when the episode began, less
+        those it refused, were taken (counted so, not by the requests still out: a busy
+        client reads some answers meanwhile), and the ceiling falls to that, but not below
+        1/HELD_MARGIN of the most answered in one round trip: a cap admits its ceiling all
+        the time, so it answers no more than that a round trip, while a rate's window,
+        spent by slow start's burst, refuses all it is sent until its old admissions age
+        out (56 out, 50 refused, 36 answered in a round trip: no cap of 6)."""
+        taken = max(1, self._episode_sent - self._episode_refused, self._held // HELD_MARGIN)
+        self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
+        self._tested = self._ceiling
+        # Resume at half the ceiling: were it a rate after all, the refill would run dry
+        # again, and a busy client reads that 429 late, after sending as many more to be
+        # refused as it has requests out. Growing back by half again a round trip, not
+        # one request: a first episode before any answer (slow start's burst of long
+        # prompts) cannot tell a token rate from a cap, and at one a 1 s round trip the
+        # way back from 15 to 27 requests cost a tenth of a 25 s run (bench_adaptive.py).
+        self._resume = self._ceiling * CUT_ON_429
+
+    def _count_held(self) -> None:
+        """A success: the most answered in one round trip (the fastest latency) grows."""
+        fastest = self._round_trip()
+        if fastest is None:
+            return
+        now = self.clock()
+        self._answered.append(now)
+        while self._answered[0] <= now - fastest:
+            self._answered.popleft()
+        self._held = max(self._held, len(self._answered))
 
     def _verdict(self) -> str:
         """An episode's classification and what it left the controller with, for the trace."""
@@ -454,7 +480,7 @@ class AdaptiveConcurrency:
         latency = "none" if self._latency is None else f"{self._latency * 1000:.0f} ms"
         resume = "none" if self._resume is None else f"{self._resume:.1f}"
         return (f"; a {'rate' if self._rate_episode else 'cap'}, pause {self._episode_end - self.clock():.2f}s, "
-                f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}")
+                f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}, held {self._held}")
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
         """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
