@@ -393,18 +393,26 @@ def test_a_rate_is_learned_over_at_least_two_seconds_of_episodes() -> None:
 
 
 @pytest.mark.unit
-def test_no_rate_is_learned_over_episodes_less_than_two_seconds_apart() -> None:
-    """Slow start's burst spends a sliding window, which then refuses all it is sent until
-    its admissions age out: 12 successes in the 1.6 s to the next 429 (7.5/s) say
-    nothing of its rate, and learned they would hold the requests there. Two seconds of
-    episodes are needed, and there is only 1.6 s."""
+@pytest.mark.parametrize("spent_again, rate", [(False, 12 / 1.6), (True, None)])
+def test_no_rate_is_learned_across_a_window_still_spent_as_its_pause_ended(spent_again: bool,
+                                                                         rate: float | None) -> None:
+    """Refused at 100.0 (`Retry-After: 0.2`), 12 successes, refused again at 101.6: a
+    bucket's refill, 12 / 1.6 = 7.5/s. But refused again at 100.25 too, as the first
+    pause ended, the budget was still spent then (a sliding window that slow start's
+    burst spent refuses all until its admissions age out), and a span of less than two
+    seconds across it says nothing of the rate: none is learned."""
     clock = FakeClock()
 
     async def scenario() -> float | None:
         controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
         controller.call_succeeded(0.1)
-        _refused_with(controller, 1)
-        clock.now += 0.15
+        for at in (100.0, 100.25) if spent_again else (100.0,):
+            clock.now = at
+            controller.requests.in_use = 1
+            wait = controller.observe(429, {"retry-after": "0.2"})
+            assert wait is not None
+            asyncio.ensure_future(wait).cancel()
+        clock.now = 100.6
         for _ in range(12):
             controller.observe(200, {})
         clock.now = 101.6
@@ -412,7 +420,7 @@ def test_no_rate_is_learned_over_episodes_less_than_two_seconds_apart() -> None:
         await asyncio.sleep(0.15)
         return controller.allowed_rate
 
-    assert asyncio.run(scenario()) is None
+    assert asyncio.run(scenario()) == (None if rate is None else pytest.approx(rate))
 
 
 @pytest.mark.unit
@@ -493,6 +501,28 @@ def test_refused_with_half_a_caps_ceiling_out_is_a_rate_after_the_resume_grew_ba
         return controller.ceiling
 
     assert asyncio.run(scenario()) == 59
+
+
+@pytest.mark.unit
+def test_refused_again_as_a_rates_pause_ends_before_any_rate_is_known_resumes_at_half() -> None:
+    """A cap's episode (20 out: ceiling 19), its requests grown back, then a rate's 429
+    right at the next pause's end with 8 out: the budget still spent, and no rate learned
+    yet to bound the requests, only the ceiling of 19. Those 8 were all refused, so the
+    requests resume at 4, not 19."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[int | None, int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 20)
+        clock.now += 1.0
+        for _ in range(30):
+            controller.observe(200, {})
+        clock.now += 0.05
+        _refused_with(controller, 8)
+        return controller.ceiling, controller.request_cap
+
+    assert asyncio.run(scenario()) == (19, 4)
 
 
 @pytest.mark.unit

@@ -44,8 +44,10 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   one after a quiet spell that doubles with each refused probe; after the pause, the
   requests resume at half of it and grow back by half again a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
-  episode, so the successes between two at least LEARN_SPAN apart are the rate the
-  server grants (not sooner: nearer episodes may lie in a window still spent); the
+  episode, so the successes between two (at least LEARN_SPAN apart when there are, and
+  never across a refusal at a pause's end, which shows a window still spent, unless that
+  long) are the rate the server grants; before a rate is known, a refusal at a pause's
+  end resumes the requests at half those out, as a cap's episode does; the
   request limiter is capped at that rate times a call's latency, as with headers below,
   and the rate is probed upwards by 1% a second (nothing else says when it grows).
   Halving alone would overshoot and pause again every few round trips, and a rate
@@ -116,7 +118,7 @@ SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate av
 # Weight of the newest call in the average of tokens a call is charged: prompts of 2,000 to
 # 6,000 tokens vary by a third of their mean, which 1/32 averages to about 4%.
 TOKEN_SMOOTHING = 1 / 32
-LEARN_SPAN = 2.0  # seconds: a rate is learned only over the episodes of at least this long
+LEARN_SPAN = 2.0  # seconds: a rate is learned over the episodes of at least this long, when there are
 MIN_PACE = 0.5  # the least share of a stated rate that refusals trim the pace to
 DEFAULT_PAUSE = 0.5  # seconds, for a 429 that says nothing of when to come back
 MAX_PAUSE = 60.0
@@ -275,6 +277,7 @@ class AdaptiveConcurrency:
         self._tokens_before = (0, 0)  # both, at the last 429 episode
         # (when, successes before, tokens before) of the episodes before the last, for LEARN_SPAN
         self._marks: deque[tuple[float, int, tuple[int, int]]] = deque(maxlen=32)
+        self._spent_again = -math.inf  # when a rate's budget was last still spent as its pause ended (the clock)
         # Share of the headers' rate paced at: held exactly at a bucket's refill rate, the
         # bucket stays empty and each early request is refused (and its retries too), so
         # a refusal trims it and successes probe it back (by PROBE a second).
@@ -430,7 +433,9 @@ class AdaptiveConcurrency:
                 and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
-            if not (resuming and self._rate_episode):  # a rate still spent: no refill measured since
+            if resuming and self._rate_episode:
+                self._still_spent(now, in_flight)
+            else:
                 self._learn_granted_rate(learn=self._rate_episode)
         self._episode_refused += 1
         first = self._episode_refused == 1
@@ -482,6 +487,17 @@ class AdaptiveConcurrency:
         return (f"; a {'rate' if self._rate_episode else 'cap'}, pause {self._episode_end - self.clock():.2f}s, "
                 f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}, held {self._held}")
 
+    def _still_spent(self, now: float, in_flight: int) -> None:
+        """A rate's 429 as its last pause ended: its budget is still spent, no refill was
+        measured since (a sliding window's Retry-After undersells when its old admissions
+        age out), and no rate is learned over a span that holds this moment unless it is
+        LEARN_SPAN long. With no rate known yet, only the ceiling bounds the requests, and
+        all sent at the pause's end were refused: they resume at half of those, as after
+        a cap's episode."""
+        self._spent_again = now
+        if self.allowed_rate is None and self._ceiling is not None:
+            self._resume = in_flight * CUT_ON_429
+
     def _learn_granted_rate(self, learn: bool = True) -> None:
         """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
         is spent now, as it was at the last episode, so what it admitted in between is
@@ -493,10 +509,12 @@ class AdaptiveConcurrency:
         if self._last_refusal is not None:
             self._marks.append((self._last_refusal, self._successes_before, self._tokens_before))
         if learn and self._marks and self._latency is not None:
-            # Over at least LEARN_SPAN, else not yet: a window whose Retry-After undersells
-            # it is still spent when its pause ends, so a gap of a few pauses counts few
-            # successes (slow start's burst, then 12 successes in 0.56 s: 21/s of 100).
-            mark = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN), None)
+            # Over at least LEARN_SPAN when there are such episodes, else over the longest
+            # span since the budget was last found still spent at a pause's end: a window
+            # whose Retry-After undersells counts few successes over a few pauses (slow
+            # start's burst, then 12 successes in 0.56 s: 21/s of 100).
+            mark = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
+                        next((m for m in self._marks if m[0] >= self._spent_again), None))
             if mark is not None:
                 since, before, tokens = mark
                 asyncio.get_running_loop().call_later(self._latency, self._learn_rate, before, now - since, tokens)
