@@ -392,6 +392,60 @@ def test_a_rate_is_learned_over_at_least_two_seconds_of_episodes() -> None:
     assert asyncio.run(scenario()) == pytest.approx(256 / 3.7)
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("spent_again, rate", [(False, 12 / 1.6), (True, None)])
+def test_no_rate_is_learned_across_a_window_still_spent_as_its_pause_ended(spent_again: bool,
+                                                                         rate: float | None) -> None:
+    """Refused at 100.0 (`Retry-After: 0.2`), 12 successes, refused again at 101.6: a
+    bucket's refill, 12 / 1.6 = 7.5/s. But refused again at 100.25 too, as the first
+    pause ended, the budget was still spent then (a sliding window that slow start's
+    burst spent refuses all until its admissions age out), and a span of less than two
+    seconds across it says nothing of the rate: none is learned."""
+    clock = FakeClock()
+
+    async def scenario() -> float | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        for at in (100.0, 100.25) if spent_again else (100.0,):
+            clock.now = at
+            controller.requests.in_use = 1
+            wait = controller.observe(429, {"retry-after": "0.2"})
+            assert wait is not None
+            asyncio.ensure_future(wait).cancel()
+        clock.now = 100.6
+        for _ in range(12):
+            controller.observe(200, {})
+        clock.now = 101.6
+        _refused_with(controller, 1)
+        await asyncio.sleep(0.15)
+        return controller.allowed_rate
+
+    assert asyncio.run(scenario()) == (None if rate is None else pytest.approx(rate))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("answered, ceiling", [(10, 8), (40, 20)])
+def test_a_ceiling_is_never_below_half_the_answers_of_one_round_trip(answered: int, ceiling: int) -> None:
+    """Refused 12 times with 20 out: a cap would have taken 8. Having answered 10 in a
+    round trip (0.1 s), it may be one. Having answered 40, it is none of 8, which would
+    answer at most 8 a round trip (a rate's window, spent by slow start's burst, refuses
+    all it is sent until its old admissions age out): the ceiling stays at 20."""
+    clock = FakeClock()
+
+    async def scenario() -> int | None:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        for _ in range(answered):
+            clock.now += 0.001
+            controller.observe(200, {})
+        for out in range(20, 8, -1):
+            _refused_with(controller, out)
+            clock.now += 0.001
+        return controller.ceiling
+
+    assert asyncio.run(scenario()) == ceiling
+
+
 def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
     """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
     loop); the wait it hands the refused request is dropped."""
@@ -450,6 +504,28 @@ def test_refused_with_half_a_caps_ceiling_out_is_a_rate_after_the_resume_grew_ba
 
 
 @pytest.mark.unit
+def test_refused_again_as_a_rates_pause_ends_before_any_rate_is_known_resumes_at_half() -> None:
+    """A cap's episode (20 out: ceiling 19), its requests grown back, then a rate's 429
+    right at the next pause's end with 8 out: the budget still spent, and no rate learned
+    yet to bound the requests, only the ceiling of 19. Those 8 were all refused, so the
+    requests resume at 4, not 19."""
+    clock = FakeClock()
+
+    async def scenario() -> tuple[int | None, int | None]:
+        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+        controller.call_succeeded(0.1)
+        _refused_with(controller, 20)
+        clock.now += 1.0
+        for _ in range(30):
+            controller.observe(200, {})
+        clock.now += 0.05
+        _refused_with(controller, 8)
+        return controller.ceiling, controller.request_cap
+
+    assert asyncio.run(scenario()) == (19, 4)
+
+
+@pytest.mark.unit
 def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.LogCaptureFixture) -> None:
     """The `pytest_geo.llm.adaptive` logger at DEBUG (bench_adaptive.py --trace): an
     episode's first 429 with its verdict and what it left, a later one in the same
@@ -467,7 +543,7 @@ def test_the_debug_trace_tells_each_429_its_episode_and_verdict(caplog: pytest.L
         asyncio.run(scenario())
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("429")] == [
         "429 at 100.000: episode 1, refusal 1, 9 requests in flight; a cap, pause 1.00s, ceiling 8, resume 4.0, "
-        "granted none, latency 100 ms",
+        "granted none, latency 100 ms, held 0",
         "429 at 100.001: episode 1, refusal 2, 8 requests in flight",
     ]
     assert "limits at 100.000: 8 rows, 4 requests in flight" in caplog.messages

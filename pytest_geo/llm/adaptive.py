@@ -37,11 +37,17 @@ the limit is unknown in advance. So, as TCP does with a network's capacity:
   tells which. Refused with more requests in flight than the server was seen to take
   (or before any 429), or within a round trip of the last pause's end, it is a cap: the
   requests out when the episode began, less those it refused, are the ceiling of
-  requests in flight (found at the first episode against a cap, and probed upwards by
+  requests in flight, never below half the most answered in one round trip (a cap
+  answers no more than its ceiling a round trip, while a rate's window that slow start's
+  burst spent refuses nearly all it is sent: 50 of 56, no cap of 6) (found at the first
+  episode against a cap, and probed upwards by
   one after a quiet spell that doubles with each refused probe; after the pause, the
   requests resume at half of it and grow back by half again a round trip). Refused within that
   ceiling, it is a rate: the budget is spent at each
-  episode, so the successes between the last two are the rate the server grants; the
+  episode, so the successes between two (at least LEARN_SPAN apart when there are, and
+  never across a refusal at a pause's end, which shows a window still spent, unless that
+  long) are the rate the server grants; before a rate is known, a refusal at a pause's
+  end resumes the requests at half those out, as a cap's episode does; the
   request limiter is capped at that rate times a call's latency, as with headers below,
   and the rate is probed upwards by 1% a second (nothing else says when it grows).
   Halving alone would overshoot and pause again every few round trips, and a rate
@@ -105,6 +111,7 @@ RESUME_STEP = 0.5  # requests in flight each answer adds after a cap's episode: 
 TRIM_ON_PRESSURE = 0.9
 LOW_BUDGET = 0.1  # share of a limit left that counts as pressure
 PROBE = 0.01  # requests/s added to a rate learned from 429s per success: 1% a second
+HELD_MARGIN = 2  # a cap's ceiling times this is more than it answers in a round trip (answers come in clumps)
 CEILING_PROBE = 15.0  # seconds without a 429 before a learned ceiling of requests in flight rises by one
 THROUGHPUT_CALLS = 128  # finished calls whose pace measures a bottleneck's throughput
 SMOOTHING = 0.2  # weight of the newest sample in the latency and refill-rate averages
@@ -270,6 +277,7 @@ class AdaptiveConcurrency:
         self._tokens_before = (0, 0)  # both, at the last 429 episode
         # (when, successes before, tokens before) of the episodes before the last, for LEARN_SPAN
         self._marks: deque[tuple[float, int, tuple[int, int]]] = deque(maxlen=32)
+        self._spent_again = -math.inf  # when a rate's budget was last still spent as its pause ended (the clock)
         # Share of the headers' rate paced at: held exactly at a bucket's refill rate, the
         # bucket stays empty and each early request is refused (and its retries too), so
         # a refusal trims it and successes probe it back (by PROBE a second).
@@ -287,6 +295,8 @@ class AdaptiveConcurrency:
         self._episode_refused = 0  # its refusals so far
         self._quiet_since = 0.0  # when the last 429 came (the clock): the ceiling's probe waits from it
         self._probe_wait = CEILING_PROBE  # doubles with each episode that refuses more in flight
+        self._answered: deque[float] = deque()  # when the successes of the last round trip came back
+        self._held = 0  # the most successes seen in one round trip: the server held as many at once
         self._sees_responses = False  # observe() is fed: HTTP answers are the windows' clock
         self._finished: deque[float] = deque(maxlen=THROUGHPUT_CALLS)  # when the last calls came back
         self._queued: float | None = None  # smoothed server time of calls sent under the current limit
@@ -379,6 +389,7 @@ class AdaptiveConcurrency:
             return self.requests.requeue()
         if 200 <= status < 300:
             self._successes += 1
+            self._count_held()
             if self._resume is not None and self.clock() >= self._episode_end:
                 self._resume += RESUME_STEP
                 if self._ceiling is None or self._resume >= self._ceiling:
@@ -422,7 +433,9 @@ class AdaptiveConcurrency:
                 and in_flight <= self._tested)
             if not self._rate_episode and self._tested is not None:
                 self._probe_wait *= 2  # refused above what it took: probe the ceiling less often
-            if not (resuming and self._rate_episode):  # a rate still spent: no refill measured since
+            if resuming and self._rate_episode:
+                self._still_spent(now, in_flight)
+            else:
                 self._learn_granted_rate(learn=self._rate_episode)
         self._episode_refused += 1
         first = self._episode_refused == 1
@@ -431,21 +444,40 @@ class AdaptiveConcurrency:
             if self._rate_episode and self._heard_rate() is not None:
                 self._pace = max(MIN_PACE, self._pace * TRIM_ON_PRESSURE)
         if not self._rate_episode:
-            # The requests out when the episode began, less those it refused, were taken (counted
-            # so, not by the requests still out: a busy client reads some answers meanwhile).
-            taken = max(1, self._episode_sent - self._episode_refused)
-            self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
-            self._tested = self._ceiling
-            # Resume at half the ceiling: were it a rate after all, the refill would run dry
-            # again, and a busy client reads that 429 late, after sending as many more to be
-            # refused as it has requests out. Growing back by half again a round trip, not
-            # one request: a first episode before any answer (slow start's burst of long
-            # prompts) cannot tell a token rate from a cap, and at one a 1 s round trip the
-            # way back from 15 to 27 requests cost a tenth of a 25 s run (bench_adaptive.py).
-            self._resume = self._ceiling * CUT_ON_429
+            self._cap_refusal()
         if trace.isEnabledFor(logging.DEBUG):
             trace.debug("429 at %.3f: episode %d, refusal %d, %d requests in flight%s", now, self._episodes,
                         self._episode_refused, in_flight, self._verdict() if first else "")
+
+    def _cap_refusal(self) -> None:
+        """A refusal in a cap's episode: the requests out when the episode began, less
+        those it refused, were taken (counted so, not by the requests still out: a busy
+        client reads some answers meanwhile), and the ceiling falls to that, but not below
+        1/HELD_MARGIN of the most answered in one round trip: a cap admits its ceiling all
+        the time, so it answers no more than that a round trip, while a rate's window,
+        spent by slow start's burst, refuses all it is sent until its old admissions age
+        out (56 out, 50 refused, 36 answered in a round trip: no cap of 6)."""
+        taken = max(1, self._episode_sent - self._episode_refused, self._held // HELD_MARGIN)
+        self._ceiling = taken if self._ceiling is None else min(self._ceiling, taken)
+        self._tested = self._ceiling
+        # Resume at half the ceiling: were it a rate after all, the refill would run dry
+        # again, and a busy client reads that 429 late, after sending as many more to be
+        # refused as it has requests out. Growing back by half again a round trip, not
+        # one request: a first episode before any answer (slow start's burst of long
+        # prompts) cannot tell a token rate from a cap, and at one a 1 s round trip the
+        # way back from 15 to 27 requests cost a tenth of a 25 s run (bench_adaptive.py).
+        self._resume = self._ceiling * CUT_ON_429
+
+    def _count_held(self) -> None:
+        """A success: the most answered in one round trip (the fastest latency) grows."""
+        fastest = self._round_trip()
+        if fastest is None:
+            return
+        now = self.clock()
+        self._answered.append(now)
+        while self._answered[0] <= now - fastest:
+            self._answered.popleft()
+        self._held = max(self._held, len(self._answered))
 
     def _verdict(self) -> str:
         """An episode's classification and what it left the controller with, for the trace."""
@@ -453,7 +485,18 @@ class AdaptiveConcurrency:
         latency = "none" if self._latency is None else f"{self._latency * 1000:.0f} ms"
         resume = "none" if self._resume is None else f"{self._resume:.1f}"
         return (f"; a {'rate' if self._rate_episode else 'cap'}, pause {self._episode_end - self.clock():.2f}s, "
-                f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}")
+                f"ceiling {self._ceiling}, resume {resume}, granted {granted}, latency {latency}, held {self._held}")
+
+    def _still_spent(self, now: float, in_flight: int) -> None:
+        """A rate's 429 as its last pause ended: its budget is still spent, no refill was
+        measured since (a sliding window's Retry-After undersells when its old admissions
+        age out), and no rate is learned over a span that holds this moment unless it is
+        LEARN_SPAN long. With no rate known yet, only the ceiling bounds the requests, and
+        all sent at the pause's end were refused: they resume at half of those, as after
+        a cap's episode."""
+        self._spent_again = now
+        if self.allowed_rate is None and self._ceiling is not None:
+            self._resume = in_flight * CUT_ON_429
 
     def _learn_granted_rate(self, learn: bool = True) -> None:
         """The first 429 of an episode. If a rate refused it (`learn`), the server's budget
@@ -466,11 +509,14 @@ class AdaptiveConcurrency:
         if self._last_refusal is not None:
             self._marks.append((self._last_refusal, self._successes_before, self._tokens_before))
         if learn and self._marks and self._latency is not None:
-            # Over at least LEARN_SPAN: a window whose Retry-After undersells it is still
-            # spent when its pause ends, so a gap of a few pauses counts few successes.
-            since, before, tokens = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
-                                         self._marks[0])
-            if now > since:
+            # Over at least LEARN_SPAN when there are such episodes, else over the longest
+            # span since the budget was last found still spent at a pause's end: a window
+            # whose Retry-After undersells counts few successes over a few pauses (slow
+            # start's burst, then 12 successes in 0.56 s: 21/s of 100).
+            mark = next((m for m in reversed(self._marks) if m[0] <= now - LEARN_SPAN),
+                        next((m for m in self._marks if m[0] >= self._spent_again), None))
+            if mark is not None:
+                since, before, tokens = mark
                 asyncio.get_running_loop().call_later(self._latency, self._learn_rate, before, now - since, tokens)
         self._last_refusal = now
         self._successes_before = self._successes
