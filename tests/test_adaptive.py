@@ -480,6 +480,22 @@ def test_after_a_caps_episode_requests_resume_at_half_its_ceiling_and_grow_back(
     assert asyncio.run(scenario()) == [4, 4, 5, 6, 7, 8]
 
 
+def _refused_again_after_the_pause(first: int, answers: int, second: int) -> AdaptiveConcurrency:
+    """A controller (0.1 s calls) refused with `first` requests out, then, after the 1 s
+    pause, `answers` answers and a 429 with `second` out 50 ms later (within a round trip
+    of the pause's end). Call it inside a running event loop."""
+    clock = FakeClock()
+    controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
+    controller.call_succeeded(0.1)
+    _refused_with(controller, first)
+    clock.now += 1.0
+    for _ in range(answers):
+        controller.observe(200, {})
+    clock.now += 0.05
+    _refused_with(controller, second)
+    return controller
+
+
 @pytest.mark.unit
 def test_refused_with_half_a_caps_ceiling_out_is_a_rate_after_the_resume_grew_back() -> None:
     """Slow start overshoots a sliding window (60 out: read as a cap, ceiling 59, resume
@@ -487,18 +503,8 @@ def test_refused_with_half_a_caps_ceiling_out_is_a_rate_after_the_resume_grew_ba
     (half a request each), and a 429 with 20 out comes within a round trip of the pause's
     end: no cap that took 59 refuses 20, so it is a rate and the ceiling stays 59 (read
     as a cap, it would fall to 19 and hold the requests there for a quiet spell)."""
-    clock = FakeClock()
-
     async def scenario() -> int | None:
-        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
-        controller.call_succeeded(0.1)
-        _refused_with(controller, 60)
-        clock.now += 1.0
-        for _ in range(60):
-            controller.observe(200, {})
-        clock.now += 0.05
-        _refused_with(controller, 20)
-        return controller.ceiling
+        return _refused_again_after_the_pause(60, 60, 20).ceiling
 
     assert asyncio.run(scenario()) == 59
 
@@ -509,17 +515,8 @@ def test_refused_again_as_a_rates_pause_ends_before_any_rate_is_known_resumes_at
     right at the next pause's end with 8 out: the budget still spent, and no rate learned
     yet to bound the requests, only the ceiling of 19. Those 8 were all refused, so the
     requests resume at 4, not 19."""
-    clock = FakeClock()
-
     async def scenario() -> tuple[int | None, int | None]:
-        controller = AdaptiveConcurrency(Limiter(1), Limiter(1), 256, clock=clock)
-        controller.call_succeeded(0.1)
-        _refused_with(controller, 20)
-        clock.now += 1.0
-        for _ in range(30):
-            controller.observe(200, {})
-        clock.now += 0.05
-        _refused_with(controller, 8)
+        controller = _refused_again_after_the_pause(20, 30, 8)
         return controller.ceiling, controller.request_cap
 
     assert asyncio.run(scenario()) == (19, 4)
