@@ -79,12 +79,13 @@ class GeoDatasetFile(pytest.File):
         except DatasetError as exc:
             raise self.CollectError(str(exc)) from None
         self.add_marker("geo")  # on the file, not per item: its rows inherit it
+        split = dataset_split(self.path)
         if not lines:
             # The suite rule: an empty dataset still reports (n=0, 0.0, "no examples").
             yield EmptySplitItem.from_parent(self, name="[no examples]", metric=_GEO_METRIC_ENTRY,
-                                             suite=self.nodeid, split=dataset_split(self.path))
+                                             suite=self.nodeid, split=split)
             return
-        yield from _geo_items(self, lines, suite=self.nodeid, split=dataset_split(self.path))
+        yield from _geo_items(self, lines, suite=self.nodeid, split=split)
 
 
 class SuiteCollector(pytest.Collector):
