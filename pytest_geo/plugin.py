@@ -274,7 +274,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             geo = geo_session_of(session.config)
             geo.engine  # noqa: B018 (built for its errors)
             geo.variant_prompts  # noqa: B018 (a variant changing the ranker's prompts is an error)
-            geo.check_given([item.row for item in session.items if isinstance(item, GeoRowItem)])
+            geo.check_given(item.read_row() for item in session.items if isinstance(item, GeoRowItem))
         except (PromptError, DatasetError) as exc:
             stopped_at_start(session.config)
             raise pytest.UsageError(str(exc)) from None
@@ -286,7 +286,7 @@ def print_plan(session: pytest.Session) -> None:
     from pytest_geo.engine.plan import plan_lines, plan_run
 
     settings = settings_of(session.config)
-    rows = [item.row for item in session.items if isinstance(item, GeoRowItem)]
+    rows = [item.read_row() for item in session.items if isinstance(item, GeoRowItem)]
     lines = plan_lines(plan_run(settings, rows), settings)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for line in lines:

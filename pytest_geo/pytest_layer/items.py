@@ -122,6 +122,11 @@ class GeoRowItem(GeoItem):
             self._row = self._packed.row()
         return self._row
 
+    def read_row(self) -> GeoRow:
+        """The row parsed afresh and not kept: a check over every row at collection
+        must not hold them all parsed until each runs."""
+        return self._packed.row()
+
     @property
     def row_not_run(self) -> GeoRow | None:
         """The row if it was read (scheduled, waited for) and the item ended without
