@@ -408,10 +408,7 @@ def test_no_rate_is_learned_across_a_window_still_spent_as_its_pause_ended(spent
         controller.call_succeeded(0.1)
         for at in (100.0, 100.25) if spent_again else (100.0,):
             clock.now = at
-            controller.requests.in_use = 1
-            wait = controller.observe(429, {"retry-after": "0.2"})
-            assert wait is not None
-            asyncio.ensure_future(wait).cancel()
+            _refused_with(controller, 1, retry_after="0.2")
         clock.now = 100.6
         for _ in range(12):
             controller.observe(200, {})
@@ -446,11 +443,11 @@ def test_a_ceiling_is_never_below_half_the_answers_of_one_round_trip(answered: i
     assert asyncio.run(scenario()) == ceiling
 
 
-def _refused_with(controller: AdaptiveConcurrency, in_flight: int) -> None:
-    """A 429 with `Retry-After: 1` while `in_flight` requests are out (on the running
-    loop); the wait it hands the refused request is dropped."""
+def _refused_with(controller: AdaptiveConcurrency, in_flight: int, retry_after: str = "1") -> None:
+    """A 429 with `Retry-After` (1 s unless told) while `in_flight` requests are out (on
+    the running loop); the wait it hands the refused request is dropped."""
     controller.requests.in_use = in_flight
-    wait = controller.observe(429, {"retry-after": "1"})
+    wait = controller.observe(429, {"retry-after": retry_after})
     assert wait is not None
     asyncio.ensure_future(wait).cancel()
 
